@@ -1,0 +1,31 @@
+# pg_tide: PGXS build of one pg_tide.so from src/ and relay/
+EXTENSION = pg_tide
+MODULE_big = pg_tide
+OBJS = \
+	src/pg_tide.o \
+	src/tracker.o \
+	src/wake.o \
+	src/outbox.o \
+	src/consumer.o
+
+DATA = $(filter-out $(wildcard sql/*test*.sql),$(wildcard sql/pg_tide--*.sql))
+
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+SHLIB_LINK = -lcurl -lcjson
+
+# pg_regress: every sql/<test>.sql that is not the install script
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/pg_tide--%,$(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --load-extension=pg_tide
+
+# isolation: test/specs/<name>.spec against test/expected/<name>.out
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --load-extension=pg_tide
+
+# TAP: test/t/*.pl
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

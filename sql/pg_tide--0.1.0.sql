@@ -1,0 +1,741 @@
+-- pg_tide 0.1.0: catalog, outbox, consumer groups
+\echo Use "CREATE EXTENSION pg_tide" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- Internal C helpers (not granted to PUBLIC; see the REVOKEs at the end)
+-- ---------------------------------------------------------------------------
+
+-- Takes the next message id after registering this transaction in the publish
+-- tracker, so that every way of inserting a message is commit-order safe.
+CREATE FUNCTION tide._next_message_id()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_next_message_id'
+LANGUAGE C VOLATILE;
+
+-- The highest message id below which every id has either committed or
+-- aborted: readers never go past it.
+CREATE FUNCTION tide._safe_horizon()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_safe_horizon'
+LANGUAGE C VOLATILE;
+
+-- Age in seconds of the oldest transaction in this database that has
+-- published and is still open; NULL when there is none.
+CREATE FUNCTION tide._oldest_open_publish_age()
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'tide_oldest_open_publish_age'
+LANGUAGE C VOLATILE;
+
+-- ---------------------------------------------------------------------------
+-- Catalog (seed 003: names and types kept exactly; additions documented in
+-- docs/catalog.md)
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE tide.tide_outbox_config (
+	outbox_name			text PRIMARY KEY,
+	retention_hours		int NOT NULL DEFAULT 24,
+	inline_threshold	int NOT NULL DEFAULT 10000,
+	enabled				boolean NOT NULL DEFAULT true,
+	created_at			timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT tide_outbox_config_retention_check CHECK (retention_hours > 0),
+	CONSTRAINT tide_outbox_config_threshold_check CHECK (inline_threshold > 0)
+);
+COMMENT ON TABLE tide.tide_outbox_config IS 'One row per named outbox';
+
+-- CACHE 1 matters: a per-backend cache would let a backend hold ids far
+-- below the value a reader sees, and the safe horizon would not cover them.
+CREATE SEQUENCE tide.tide_outbox_messages_id_seq CACHE 1;
+
+CREATE TABLE tide.tide_outbox_messages (
+	id				bigint PRIMARY KEY DEFAULT tide._next_message_id(),
+	outbox_name		text NOT NULL
+		REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	payload			jsonb NOT NULL,
+	headers			jsonb,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	consumed_at		timestamptz,
+	consumer_group	text
+);
+ALTER SEQUENCE tide.tide_outbox_messages_id_seq OWNED BY tide.tide_outbox_messages.id;
+COMMENT ON TABLE tide.tide_outbox_messages IS 'Shared message store for all outboxes';
+
+CREATE INDEX idx_tide_outbox_messages_pending
+	ON tide.tide_outbox_messages (outbox_name, id)
+	WHERE consumed_at IS NULL;
+
+CREATE TABLE tide.tide_consumer_groups (
+	group_name			text PRIMARY KEY,
+	outbox_name			text NOT NULL
+		REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	auto_offset_reset	text NOT NULL DEFAULT 'earliest',
+	created_at			timestamptz NOT NULL DEFAULT now(),
+	-- Highest message id ever handed out to a consumer of the group; NULL
+	-- while a group created with 'none' has no position yet.
+	leased_upto			bigint,
+	CONSTRAINT tide_consumer_groups_reset_check
+		CHECK (auto_offset_reset IN ('earliest', 'latest', 'none'))
+);
+CREATE INDEX tide_consumer_groups_outbox_idx ON tide.tide_consumer_groups (outbox_name);
+COMMENT ON TABLE tide.tide_consumer_groups IS 'Named consumer groups with offset reset policy';
+
+CREATE TABLE tide.tide_consumer_offsets (
+	group_name			text NOT NULL
+		REFERENCES tide.tide_consumer_groups (group_name) ON DELETE CASCADE,
+	consumer_id			text NOT NULL,
+	committed_offset	bigint NOT NULL DEFAULT 0,
+	last_heartbeat		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_name, consumer_id)
+);
+COMMENT ON TABLE tide.tide_consumer_offsets IS 'Per-consumer committed offsets and heartbeats';
+
+CREATE TABLE tide.tide_consumer_leases (
+	group_name		text NOT NULL,
+	consumer_id		text NOT NULL,
+	lease_start		bigint NOT NULL,
+	lease_end		bigint NOT NULL,
+	expires_at		timestamptz NOT NULL,
+	PRIMARY KEY (group_name, consumer_id),
+	FOREIGN KEY (group_name, consumer_id)
+		REFERENCES tide.tide_consumer_offsets (group_name, consumer_id) ON DELETE CASCADE,
+	CONSTRAINT tide_consumer_leases_range_check CHECK (lease_start <= lease_end)
+);
+COMMENT ON TABLE tide.tide_consumer_leases IS 'Visibility leases for in-flight message batches';
+
+CREATE TABLE tide.tide_inbox_config (
+	inbox_name					text PRIMARY KEY,
+	inbox_schema				text NOT NULL DEFAULT 'tide',
+	max_retries					int NOT NULL DEFAULT 3,
+	processed_retention_hours	int NOT NULL DEFAULT 72,
+	dlq_retention_hours			int NOT NULL DEFAULT 0,
+	created_at					timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE tide.tide_inbox_config IS 'Named inbox configurations';
+
+CREATE TABLE tide.relay_outbox_config (
+	name		text PRIMARY KEY,
+	enabled		boolean NOT NULL DEFAULT true,
+	config		jsonb NOT NULL
+);
+COMMENT ON TABLE tide.relay_outbox_config IS 'Forward relay pipeline definitions (outbox to sink)';
+
+CREATE TABLE tide.relay_inbox_config (
+	name		text PRIMARY KEY,
+	enabled		boolean NOT NULL DEFAULT true,
+	config		jsonb NOT NULL
+);
+COMMENT ON TABLE tide.relay_inbox_config IS 'Reverse relay pipeline definitions (source to inbox)';
+
+CREATE TABLE tide.relay_consumer_offsets (
+	relay_group_id	text NOT NULL,
+	pipeline_id		text NOT NULL,
+	outbox_name		text NOT NULL,
+	last_change_id	bigint NOT NULL DEFAULT 0,
+	updated_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (relay_group_id, pipeline_id, outbox_name)
+);
+COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery offset';
+
+-- Relay workers reload a pipeline when its row changes.
+CREATE FUNCTION tide._relay_config_notify()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM pg_notify('tide_relay_config',
+					  json_build_object('table', TG_TABLE_NAME,
+										'op', TG_OP,
+										'name', CASE WHEN TG_OP = 'DELETE' THEN OLD.name ELSE NEW.name END)::text);
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER relay_outbox_config_notify
+	AFTER INSERT OR UPDATE OR DELETE ON tide.relay_outbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_notify();
+
+CREATE TRIGGER relay_inbox_config_notify
+	AFTER INSERT OR UPDATE OR DELETE ON tide.relay_inbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_notify();
+
+-- User data survives pg_dump.
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_groups', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_offsets', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_leases', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_inbox_config', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_outbox_config', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_config', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_consumer_offsets', '');
+
+-- ---------------------------------------------------------------------------
+-- Internal SQL helpers
+-- ---------------------------------------------------------------------------
+
+-- Validates an outbox or consumer-group name: non-empty, at most 63 bytes.
+CREATE FUNCTION tide._check_name(p_kind text, p_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_name IS NULL OR p_name = '' THEN
+		RAISE EXCEPTION '% name must not be empty', p_kind
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Give the %s a name of 1 to 63 bytes.', p_kind);
+	END IF;
+	IF octet_length(p_name) > 63 THEN
+		RAISE EXCEPTION '% name "%" is too long', p_kind, p_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('A %s name has at most 63 bytes; this one has %s.',
+								p_kind, octet_length(p_name));
+	END IF;
+END
+$$;
+
+-- Every message id up to a group's position has been acknowledged: the
+-- position is the group's dispatch cursor, held back by its oldest lease.
+CREATE FUNCTION tide._group_position(p_group text)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+	SELECT least(g.leased_upto,
+				 (SELECT min(l.lease_start) - 1
+					FROM tide.tide_consumer_leases l
+				   WHERE l.group_name = g.group_name))
+	  FROM tide.tide_consumer_groups g
+	 WHERE g.group_name = p_group
+$$;
+
+-- The lowest position among an outbox's positioned consumer groups: the
+-- messages above it are unconsumed. 0 when no group has a position, so
+-- that every message counts as unconsumed.
+CREATE FUNCTION tide._outbox_low_water(p_outbox text)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+	SELECT coalesce(min(tide._group_position(g.group_name)), 0)
+	  FROM tide.tide_consumer_groups g
+	 WHERE g.outbox_name = p_outbox
+$$;
+
+-- Fetches an outbox's config row or raises 42704.
+CREATE FUNCTION tide._outbox_config(p_name text)
+RETURNS tide.tide_outbox_config
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	cfg tide.tide_outbox_config;
+BEGIN
+	PERFORM tide._check_name('outbox', p_name);
+	SELECT * INTO cfg FROM tide.tide_outbox_config WHERE outbox_name = p_name;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'outbox "%" does not exist', p_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with tide.outbox_create().';
+	END IF;
+	RETURN cfg;
+END
+$$;
+
+-- Locks a consumer group's row and returns it, or raises 42704.
+CREATE FUNCTION tide._lock_group(p_group text, p_strength text)
+RETURNS tide.tide_consumer_groups
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	g tide.tide_consumer_groups;
+BEGIN
+	PERFORM tide._check_name('consumer group', p_group);
+	IF p_strength = 'update' THEN
+		SELECT * INTO g FROM tide.tide_consumer_groups WHERE group_name = p_group FOR UPDATE;
+	ELSE
+		SELECT * INTO g FROM tide.tide_consumer_groups WHERE group_name = p_group FOR SHARE;
+	END IF;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer group "%" does not exist', p_group
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with tide.create_consumer_group().';
+	END IF;
+	RETURN g;
+END
+$$;
+
+CREATE FUNCTION tide._check_consumer(p_consumer text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_consumer IS NULL OR p_consumer = '' THEN
+		RAISE EXCEPTION 'consumer id must not be empty'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Each consumer of a group identifies itself with a stable, non-empty id.';
+	END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Outboxes
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION tide.outbox_create_if_not_exists(p_name text,
+												 p_retention_hours int DEFAULT 24,
+												 p_inline_threshold int DEFAULT 10000)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	created boolean;
+BEGIN
+	PERFORM tide._check_name('outbox', p_name);
+	IF p_retention_hours IS NULL OR p_retention_hours <= 0 THEN
+		RAISE EXCEPTION 'retention_hours must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of hours consumed messages are kept, at least 1.';
+	END IF;
+	IF p_inline_threshold IS NULL OR p_inline_threshold <= 0 THEN
+		RAISE EXCEPTION 'inline_threshold must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
+	END IF;
+	INSERT INTO tide.tide_outbox_config (outbox_name, retention_hours, inline_threshold)
+	VALUES (p_name, p_retention_hours, p_inline_threshold)
+	ON CONFLICT (outbox_name) DO NOTHING;
+	GET DIAGNOSTICS created = ROW_COUNT;
+	RETURN created;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_create_if_not_exists(text, int, int)
+	IS 'creates an outbox unless it exists; returns whether it was created';
+
+CREATE FUNCTION tide.outbox_create(p_name text,
+								   p_retention_hours int DEFAULT 24,
+								   p_inline_threshold int DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF NOT tide.outbox_create_if_not_exists(p_name, p_retention_hours, p_inline_threshold) THEN
+		RAISE EXCEPTION 'outbox "%" already exists', p_name
+			USING ERRCODE = 'duplicate_object',
+				  HINT = 'Use tide.outbox_create_if_not_exists() to accept an existing outbox.';
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_create(text, int, int) IS 'creates a named outbox';
+
+CREATE FUNCTION tide.outbox_drop(p_name text, p_if_exists boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._check_name('outbox', p_name);
+	-- Its messages and consumer groups go with it (ON DELETE CASCADE).
+	DELETE FROM tide.tide_outbox_config WHERE outbox_name = p_name;
+	IF NOT FOUND THEN
+		IF coalesce(p_if_exists, false) THEN
+			RAISE NOTICE 'outbox "%" does not exist, skipping', p_name;
+		ELSE
+			RAISE EXCEPTION 'outbox "%" does not exist', p_name
+				USING ERRCODE = 'undefined_object',
+					  HINT = 'Pass p_if_exists => true to ignore a missing outbox.';
+		END IF;
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_drop(text, boolean)
+	IS 'drops an outbox with its messages and consumer groups';
+
+CREATE FUNCTION tide._outbox_set_enabled(p_name text, p_enabled boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_name);
+	UPDATE tide.tide_outbox_config SET enabled = p_enabled
+	 WHERE outbox_name = p_name AND enabled IS DISTINCT FROM p_enabled;
+END
+$$;
+
+CREATE FUNCTION tide.outbox_enable(p_name text)
+RETURNS void
+LANGUAGE sql
+BEGIN ATOMIC
+	SELECT tide._outbox_set_enabled(p_name, true);
+END;
+COMMENT ON FUNCTION tide.outbox_enable(text) IS 'allows publishing to an outbox again';
+
+CREATE FUNCTION tide.outbox_disable(p_name text)
+RETURNS void
+LANGUAGE sql
+BEGIN ATOMIC
+	SELECT tide._outbox_set_enabled(p_name, false);
+END;
+COMMENT ON FUNCTION tide.outbox_disable(text)
+	IS 'refuses further publishing to an outbox; consumers keep reading';
+
+CREATE FUNCTION tide.outbox_publish(p_name text, p_payload jsonb, p_headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_publish'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb)
+	IS 'publishes one message inside the caller''s transaction; returns its id';
+
+CREATE FUNCTION tide.outbox_publish_batch(p_name text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_publish_batch'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb)
+	IS 'publishes many messages in array order inside the caller''s transaction; returns how many';
+
+CREATE FUNCTION tide.outbox_status(p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	cfg tide.tide_outbox_config;
+	low bigint;
+	result jsonb;
+BEGIN
+	cfg := tide._outbox_config(p_name);
+	low := tide._outbox_low_water(p_name);
+	SELECT jsonb_build_object(
+			'outbox', cfg.outbox_name,
+			'enabled', cfg.enabled,
+			'retention_hours', cfg.retention_hours,
+			'inline_threshold', cfg.inline_threshold,
+			'pending', (SELECT count(*) FROM tide.tide_outbox_messages m
+						 WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
+			'oldest_pending_age_seconds',
+				(SELECT round(extract(epoch FROM clock_timestamp() - min(m.created_at))::numeric, 3)
+				   FROM tide.tide_outbox_messages m
+				  WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
+			'newest_id', (SELECT max(m.id) FROM tide.tide_outbox_messages m
+						   WHERE m.outbox_name = p_name),
+			'safe_horizon', tide._safe_horizon(),
+			'oldest_open_publish_age_seconds',
+				round(tide._oldest_open_publish_age()::numeric, 3),
+			'consumer_groups', coalesce((
+				SELECT jsonb_agg(jsonb_build_object(
+						'group', l.group_name,
+						'auto_offset_reset', l.auto_offset_reset,
+						'position', l.committed_offset,
+						'lag', l.pending,
+						'consumers', l.consumers,
+						'active_leases', l.active_leases)
+						ORDER BY l.group_name)
+				  FROM tide.consumer_lag l
+				 WHERE l.outbox_name = p_name), '[]'::jsonb))
+	  INTO result;
+	RETURN result;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Consumer groups
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION tide.create_consumer_group(p_name text, p_outbox text,
+										   p_auto_offset_reset text DEFAULT 'earliest',
+										   p_if_not_exists boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	start_at bigint;
+BEGIN
+	PERFORM tide._check_name('consumer group', p_name);
+	PERFORM tide._outbox_config(p_outbox);
+	IF p_auto_offset_reset IS NULL
+	   OR p_auto_offset_reset NOT IN ('earliest', 'latest', 'none') THEN
+		RAISE EXCEPTION 'invalid auto_offset_reset "%"', p_auto_offset_reset
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use ''earliest'', ''latest'' or ''none''.';
+	END IF;
+	IF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p_name) THEN
+		IF coalesce(p_if_not_exists, false) THEN
+			RAISE NOTICE 'consumer group "%" already exists, skipping', p_name;
+			RETURN;
+		END IF;
+		RAISE EXCEPTION 'consumer group "%" already exists', p_name
+			USING ERRCODE = 'duplicate_object',
+				  HINT = 'Pass p_if_not_exists => true to accept an existing group.';
+	END IF;
+	-- 'latest' starts at the safe horizon: every message whose transaction
+	-- commits after this moment has an id above it.
+	start_at := CASE p_auto_offset_reset
+					WHEN 'earliest' THEN 0
+					WHEN 'latest' THEN tide._safe_horizon()
+				END;
+	INSERT INTO tide.tide_consumer_groups (group_name, outbox_name, auto_offset_reset, leased_upto)
+	VALUES (p_name, p_outbox, p_auto_offset_reset, start_at);
+END
+$$;
+COMMENT ON FUNCTION tide.create_consumer_group(text, text, text, boolean)
+	IS 'creates a consumer group that reads every message of an outbox';
+
+CREATE FUNCTION tide.drop_consumer_group(p_name text, p_if_exists boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._check_name('consumer group', p_name);
+	DELETE FROM tide.tide_consumer_groups WHERE group_name = p_name;
+	IF NOT FOUND THEN
+		IF coalesce(p_if_exists, false) THEN
+			RAISE NOTICE 'consumer group "%" does not exist, skipping', p_name;
+		ELSE
+			RAISE EXCEPTION 'consumer group "%" does not exist', p_name
+				USING ERRCODE = 'undefined_object',
+					  HINT = 'Pass p_if_exists => true to ignore a missing group.';
+		END IF;
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.drop_consumer_group(text, boolean)
+	IS 'drops a consumer group with its offsets and leases';
+
+CREATE FUNCTION tide.poll_outbox(p_group text, p_consumer text,
+								 p_batch_size int DEFAULT 100,
+								 p_visibility_seconds int DEFAULT 30)
+RETURNS TABLE (id bigint, payload jsonb, headers jsonb, created_at timestamptz)
+AS 'MODULE_PATHNAME', 'tide_poll_outbox'
+LANGUAGE C VOLATILE ROWS 100;
+COMMENT ON FUNCTION tide.poll_outbox(text, text, int, int)
+	IS 'leases the next batch of committed messages to a consumer of a group';
+
+CREATE FUNCTION tide.wait_for_messages(p_group text, p_timeout_ms int DEFAULT 10000)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tide_wait_for_messages'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.wait_for_messages(text, int)
+	IS 'waits until the group has messages to poll (woken at commit); false on timeout';
+
+CREATE FUNCTION tide.commit_offset(p_group text, p_consumer text, p_last_offset bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	lease tide.tide_consumer_leases;
+	committed bigint;
+BEGIN
+	-- A share lock on the group orders this with polls, which take the
+	-- group row for update before they hand a lease to someone else.
+	PERFORM tide._lock_group(p_group, 'share');
+	PERFORM tide._check_consumer(p_consumer);
+	IF p_last_offset IS NULL THEN
+		RAISE EXCEPTION 'offset must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Pass the id of the last message you processed.';
+	END IF;
+
+	SELECT o.committed_offset INTO committed
+	  FROM tide.tide_consumer_offsets o
+	 WHERE o.group_name = p_group AND o.consumer_id = p_consumer
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" is not known in group "%"', p_consumer, p_group
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'A consumer joins its group with its first tide.poll_outbox().';
+	END IF;
+
+	SELECT * INTO lease FROM tide.tide_consumer_leases l
+	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer;
+
+	IF NOT FOUND THEN
+		IF p_last_offset < committed THEN
+			RAISE EXCEPTION 'offset % is behind the committed offset % of consumer "%"',
+							p_last_offset, committed, p_consumer
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Offsets only move forward; an operator can use tide.admin_rewind_offset().';
+		ELSIF p_last_offset > committed THEN
+			RAISE EXCEPTION 'consumer "%" holds no lease in group "%"', p_consumer, p_group
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					  HINT = 'The lease expired and was handed to another consumer, or was released; poll again.';
+		END IF;
+		-- Committing the committed offset again is a harmless retry.
+		UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
+		 WHERE group_name = p_group AND consumer_id = p_consumer;
+		RETURN;
+	END IF;
+
+	IF p_last_offset < lease.lease_start THEN
+		IF p_last_offset <= committed THEN
+			-- A retried commit of what this consumer already acknowledged.
+			UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
+			 WHERE group_name = p_group AND consumer_id = p_consumer;
+			RETURN;
+		END IF;
+		RAISE EXCEPTION 'offset % is behind the lease of consumer "%", which starts at %',
+						p_last_offset, p_consumer, lease.lease_start
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Offsets only move forward; commit the id of the last message you processed.';
+	END IF;
+	IF p_last_offset > lease.lease_end THEN
+		RAISE EXCEPTION 'offset % is beyond the lease of consumer "%", which ends at %',
+						p_last_offset, p_consumer, lease.lease_end
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Commit the id of the last message tide.poll_outbox() returned to you.';
+	END IF;
+
+	IF p_last_offset = lease.lease_end THEN
+		DELETE FROM tide.tide_consumer_leases
+		 WHERE group_name = p_group AND consumer_id = p_consumer;
+	ELSE
+		UPDATE tide.tide_consumer_leases SET lease_start = p_last_offset + 1
+		 WHERE group_name = p_group AND consumer_id = p_consumer;
+	END IF;
+	UPDATE tide.tide_consumer_offsets
+	   SET committed_offset = greatest(committed_offset, p_last_offset),
+		   last_heartbeat = now()
+	 WHERE group_name = p_group AND consumer_id = p_consumer;
+END
+$$;
+COMMENT ON FUNCTION tide.commit_offset(text, text, bigint)
+	IS 'acknowledges a consumer''s lease up to and including a message id';
+
+-- Fetches a consumer's lease for update, or raises 55000.
+CREATE FUNCTION tide._own_lease(p_group text, p_consumer text)
+RETURNS tide.tide_consumer_leases
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	lease tide.tide_consumer_leases;
+BEGIN
+	PERFORM tide._lock_group(p_group, 'share');
+	PERFORM tide._check_consumer(p_consumer);
+	SELECT * INTO lease FROM tide.tide_consumer_leases l
+	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" holds no lease in group "%"', p_consumer, p_group
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Poll first with tide.poll_outbox().';
+	END IF;
+	RETURN lease;
+END
+$$;
+
+CREATE FUNCTION tide.consumer_heartbeat(p_group text, p_consumer text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._lock_group(p_group, 'share');
+	PERFORM tide._check_consumer(p_consumer);
+	UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
+	 WHERE group_name = p_group AND consumer_id = p_consumer;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'consumer "%" is not known in group "%"', p_consumer, p_group
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'A consumer joins its group with its first tide.poll_outbox().';
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.consumer_heartbeat(text, text) IS 'records that a consumer is alive';
+
+CREATE FUNCTION tide.extend_lease(p_group text, p_consumer text, p_seconds int)
+RETURNS timestamptz
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	lease tide.tide_consumer_leases;
+BEGIN
+	lease := tide._own_lease(p_group, p_consumer);
+	IF p_seconds IS NULL OR p_seconds <= 0 THEN
+		RAISE EXCEPTION 'lease extension must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of seconds from now the lease should last, at least 1.';
+	END IF;
+	UPDATE tide.tide_consumer_leases
+	   SET expires_at = clock_timestamp() + make_interval(secs => p_seconds)
+	 WHERE group_name = p_group AND consumer_id = p_consumer
+	RETURNING expires_at INTO lease.expires_at;
+	UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
+	 WHERE group_name = p_group AND consumer_id = p_consumer;
+	RETURN lease.expires_at;
+END
+$$;
+COMMENT ON FUNCTION tide.extend_lease(text, text, int)
+	IS 'keeps a consumer''s lease for p_seconds from now; returns the new expiry';
+
+CREATE FUNCTION tide.release_lease(p_group text, p_consumer text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._own_lease(p_group, p_consumer);
+	-- Expired, not deleted: the range stays unacknowledged and the next
+	-- poll of any consumer of the group takes it first.
+	UPDATE tide.tide_consumer_leases SET expires_at = '-infinity'
+	 WHERE group_name = p_group AND consumer_id = p_consumer;
+END
+$$;
+COMMENT ON FUNCTION tide.release_lease(text, text)
+	IS 'gives a consumer''s leased messages back to the group at once';
+
+CREATE FUNCTION tide.admin_rewind_offset(p_group text, p_consumer text,
+										 p_target_offset bigint,
+										 p_confirm boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	last_id bigint;
+BEGIN
+	PERFORM tide._lock_group(p_group, 'update');
+	PERFORM tide._check_consumer(p_consumer);
+	IF p_target_offset IS NULL OR p_target_offset < 0 THEN
+		RAISE EXCEPTION 'target offset must be zero or a message id'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = '0 re-reads the outbox from its first message.';
+	END IF;
+	SELECT coalesce(last_value, 0) INTO last_id FROM tide.tide_outbox_messages_id_seq;
+	IF p_target_offset > last_id THEN
+		RAISE EXCEPTION 'target offset % is beyond the newest message id %', p_target_offset, last_id
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Choose an id that has been handed out.';
+	END IF;
+	IF NOT coalesce(p_confirm, false) THEN
+		RAISE EXCEPTION 'moving the offset of group "%" needs confirmation', p_group
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Messages after the target are delivered again; messages up to it are skipped.',
+				  HINT = 'Call it again with p_confirm => true.';
+	END IF;
+	-- Every outstanding lease is void: the group reads on from the target.
+	DELETE FROM tide.tide_consumer_leases WHERE group_name = p_group;
+	UPDATE tide.tide_consumer_groups SET leased_upto = p_target_offset
+	 WHERE group_name = p_group;
+	INSERT INTO tide.tide_consumer_offsets (group_name, consumer_id, committed_offset)
+	VALUES (p_group, p_consumer, p_target_offset)
+	ON CONFLICT (group_name, consumer_id)
+	DO UPDATE SET committed_offset = EXCLUDED.committed_offset, last_heartbeat = now();
+	RAISE NOTICE 'consumer group "%" now reads after message id %', p_group, p_target_offset;
+END
+$$;
+COMMENT ON FUNCTION tide.admin_rewind_offset(text, text, bigint, boolean)
+	IS 'operator: sets a group''s position (also the first position of an ''none'' group)';
+
+CREATE VIEW tide.consumer_lag AS
+SELECT g.group_name,
+	   g.outbox_name,
+	   g.auto_offset_reset,
+	   p.position AS committed_offset,
+	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = g.outbox_name) AS newest_id,
+	   (SELECT count(*) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = g.outbox_name AND m.id > p.position) AS pending,
+	   (SELECT count(*) FROM tide.tide_consumer_offsets o
+		 WHERE o.group_name = g.group_name) AS consumers,
+	   (SELECT count(*) FROM tide.tide_consumer_leases l
+		 WHERE l.group_name = g.group_name AND l.expires_at > clock_timestamp()) AS active_leases
+  FROM tide.tide_consumer_groups g,
+	   LATERAL (SELECT tide._group_position(g.group_name) AS position) p;
+COMMENT ON VIEW tide.consumer_lag
+	IS 'per consumer group: committed position, newest message id, messages still to read';
+
+-- ---------------------------------------------------------------------------
+-- Privileges. The tables are the owner's; roles that publish or consume get
+-- grants from the owner. Moving a group's position by hand is for operators.
+-- ---------------------------------------------------------------------------
+REVOKE ALL ON FUNCTION tide.admin_rewind_offset(text, text, bigint, boolean) FROM PUBLIC;

@@ -1,0 +1,23 @@
+/*
+ * compat.h
+ *		Differences between the PostgreSQL major versions pg_tide builds on
+ *		(15 to 18), kept in one place.
+ */
+#ifndef TIDE_COMPAT_H
+#define TIDE_COMPAT_H
+
+#include "postgres.h"
+#include "storage/proc.h"
+
+#if PG_VERSION_NUM < 150000
+#error "pg_tide needs PostgreSQL 15 or later"
+#endif
+
+/* This backend's index into the PGPROC array. */
+#if PG_VERSION_NUM >= 170000
+#define TideMyProcIndex() ((int) MyProcNumber)
+#else
+#define TideMyProcIndex() (MyProc->pgprocno)
+#endif
+
+#endif							/* TIDE_COMPAT_H */

@@ -1,0 +1,503 @@
+/*
+ * consumer.c
+ *		Consumer groups over SQL: tide.poll_outbox() and
+ *		tide.wait_for_messages(). Committing, heartbeats and lease changes are
+ *		plain SQL in the install script.
+ *
+ * A group reads every message of its outbox; its consumers share the work
+ * through leases, at most one per consumer, each an id range [lease_start,
+ * lease_end] held until expires_at. The group row's leased_upto is the
+ * highest id handed out so far; every id up to it is either acknowledged or
+ * inside some lease. A poll, holding the group row for update so that polls
+ * of one group run one at a time (publishers never touch that row):
+ *
+ * 1. returns the consumer's own lease again, with a fresh expiry, if it
+ *	  holds one (a consumer that restarts gets its batch back at once);
+ * 2. otherwise takes over the oldest expired lease of the group, or its
+ *	  first p_batch_size messages, leaving the rest expired;
+ * 3. otherwise leases the next messages above leased_upto, never above the
+ *	  publish tracker's safe horizon, read with a snapshot taken after the
+ *	  horizon was computed, and moves leased_upto to the last of them.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "pg_tide.h"
+
+PG_FUNCTION_INFO_V1(tide_poll_outbox);
+PG_FUNCTION_INFO_V1(tide_wait_for_messages);
+
+#define MAX_BATCH_SIZE 10000
+
+/* How often a waiter looks again without a wake-up (leases expire silently). */
+#define WAIT_RECHECK_MS 1000
+
+static SPIPlanPtr lock_group_plan = NULL;
+static SPIPlanPtr peek_group_plan = NULL;
+static SPIPlanPtr join_plan = NULL;
+static SPIPlanPtr own_lease_plan = NULL;
+static SPIPlanPtr expired_lease_plan = NULL;
+static SPIPlanPtr fetch_plan = NULL;
+static SPIPlanPtr set_lease_plan = NULL;
+static SPIPlanPtr shrink_lease_plan = NULL;
+static SPIPlanPtr delete_lease_plan = NULL;
+static SPIPlanPtr advance_plan = NULL;
+
+/* A group's state as a poll sees it. */
+typedef struct GroupRead
+{
+	char	   *outbox;
+	int64		leased_upto;
+	bool		has_expired_lease;
+} GroupRead;
+
+/* Refuses a group that has no position yet ('none' and never set). */
+static void
+require_position(const char *group, bool position_isnull)
+{
+	if (position_isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("consumer group \"%s\" has no position", group),
+				 errdetail("It was created with auto_offset_reset 'none'."),
+				 errhint("An operator sets its position with tide.admin_rewind_offset().")));
+}
+
+/* Locks the group row for update (raising 42704 if missing) and reads it. */
+static GroupRead
+lock_group(const char *group)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(group)};
+	GroupRead	state = {0};
+	bool		isnull;
+
+	if (SPI_execute_plan(TidePlan(&lock_group_plan,
+								  "SELECT outbox_name, leased_upto FROM tide._lock_group($1, 'update')",
+								  1, types),
+						 args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not lock consumer group \"%s\"", group);
+	state.outbox = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	state.leased_upto = TideSpiInt64(2, &isnull);
+	require_position(group, isnull);
+	return state;
+}
+
+/* Reads the group without locking it, for waiters. */
+static GroupRead
+peek_group(const char *group)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(group)};
+	GroupRead	state = {0};
+	bool		isnull;
+
+	if (SPI_execute_plan(TidePlan(&peek_group_plan,
+								  "SELECT g.outbox_name, g.leased_upto,"
+								  "       EXISTS (SELECT 1 FROM tide.tide_consumer_leases l"
+								  "                WHERE l.group_name = g.group_name"
+								  "                  AND l.expires_at <= clock_timestamp())"
+								  "  FROM tide.tide_consumer_groups g WHERE g.group_name = $1",
+								  1, types),
+						 args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read consumer group \"%s\"", group);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("consumer group \"%s\" does not exist", group),
+				 errhint("Create it with tide.create_consumer_group().")));
+	state.outbox = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	state.leased_upto = TideSpiInt64(2, &isnull);
+	require_position(group, isnull);
+	state.has_expired_lease = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+														 SPI_tuptable->tupdesc, 3, &isnull));
+	return state;
+}
+
+/*
+ * Reads up to `limit` messages of the outbox with after < id <= upto, in id
+ * order, into SPI_tuptable. The snapshot is taken now, even under
+ * REPEATABLE READ: a publisher leaves the tracker only after its commit is
+ * visible, so only a snapshot newer than the horizon is sure to see every
+ * message at or below it.
+ */
+static uint64
+fetch_messages(const char *outbox, int64 after, int64 upto, int limit)
+{
+	Oid			types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
+	Datum		args[4];
+
+	args[0] = CStringGetTextDatum(outbox);
+	args[1] = Int64GetDatum(after);
+	args[2] = Int64GetDatum(upto);
+	args[3] = Int32GetDatum(limit);
+	if (SPI_execute_snapshot(TidePlan(&fetch_plan,
+									  "SELECT id, payload, headers, created_at"
+									  "  FROM tide.tide_outbox_messages"
+									  " WHERE outbox_name = $1 AND consumed_at IS NULL"
+									  "   AND id > $2 AND id <= $3"
+									  " ORDER BY id LIMIT $4",
+									  4, types),
+							 args, NULL, GetLatestSnapshot(), InvalidSnapshot,
+							 false, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read messages of outbox \"%s\"", outbox);
+	return SPI_processed;
+}
+
+/* The id of fetched row `row`. */
+static int64
+fetched_id(uint64 row)
+{
+	bool		isnull;
+
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Runs a saved plan that takes (group, consumer[, extra...]) and writes. */
+static void
+run_write(SPIPlanPtr plan, Datum *args)
+{
+	int			rc = SPI_execute_plan(plan, args, NULL, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "pg_tide lease update failed: %s", SPI_result_code_string(rc));
+}
+
+/* Gives the consumer the lease [start, end] for `visibility` seconds. */
+static void
+set_lease(Datum group, Datum consumer, int64 start, int64 end, int visibility)
+{
+	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, INT8OID, INT4OID};
+	Datum		args[5] = {group, consumer, Int64GetDatum(start), Int64GetDatum(end),
+	Int32GetDatum(visibility)};
+
+	run_write(TidePlan(&set_lease_plan,
+					   "INSERT INTO tide.tide_consumer_leases"
+					   "   (group_name, consumer_id, lease_start, lease_end, expires_at)"
+					   " VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5))"
+					   " ON CONFLICT (group_name, consumer_id) DO UPDATE"
+					   "   SET lease_start = EXCLUDED.lease_start, lease_end = EXCLUDED.lease_end,"
+					   "       expires_at = EXCLUDED.expires_at",
+					   5, types),
+			  args);
+}
+
+/* Drops a consumer's lease. */
+static void
+delete_lease(Datum group, Datum consumer)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {group, consumer};
+
+	run_write(TidePlan(&delete_lease_plan,
+					   "DELETE FROM tide.tide_consumer_leases"
+					   " WHERE group_name = $1 AND consumer_id = $2",
+					   2, types),
+			  args);
+}
+
+/* Copies the fetched rows into the function's result. */
+static void
+emit_rows(ReturnSetInfo *rsinfo, uint64 count)
+{
+	for (uint64 row = 0; row < count; row++)
+	{
+		Datum		values[4];
+		bool		nulls[4];
+
+		for (int col = 0; col < 4; col++)
+			values[col] = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+										col + 1, &nulls[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/* A poll in progress: what the steps share. */
+typedef struct Poll
+{
+	GroupRead	group_state;
+	Datum		group;
+	Datum		consumer;
+	int			batch_size;
+	int			visibility;
+	ReturnSetInfo *rsinfo;
+} Poll;
+
+/*
+ * Reads up to the batch size of messages in (after, upto] and hands them to
+ * the caller at once (later statements replace SPI_tuptable). Sets the
+ * first and last id read; returns how many.
+ */
+static uint64
+take_messages(Poll *poll, int64 after, int64 upto, int64 *first, int64 *last)
+{
+	uint64		count = fetch_messages(poll->group_state.outbox, after, upto, poll->batch_size);
+
+	if (count > 0)
+	{
+		*first = fetched_id(0);
+		*last = fetched_id(count - 1);
+		emit_rows(poll->rsinfo, count);
+	}
+	return count;
+}
+
+/* Step 1: the consumer's own lease again. Returns whether it held one. */
+static bool
+poll_own_lease(Poll *poll)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {poll->group, poll->consumer};
+	int64		start;
+	int64		end;
+	int64		first;
+	int64		last;
+	bool		isnull;
+
+	if (SPI_execute_plan(TidePlan(&own_lease_plan,
+								  "SELECT lease_start, lease_end FROM tide.tide_consumer_leases"
+								  " WHERE group_name = $1 AND consumer_id = $2 FOR UPDATE",
+								  2, types),
+						 args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read a consumer lease");
+	if (SPI_processed == 0)
+		return false;
+	start = TideSpiInt64(1, &isnull);
+	end = TideSpiInt64(2, &isnull);
+
+	if (take_messages(poll, start - 1, end, &first, &last) == 0)
+	{
+		/* Its messages are gone (the outbox was emptied): nothing to redo. */
+		delete_lease(poll->group, poll->consumer);
+		return false;
+	}
+	set_lease(poll->group, poll->consumer, start, end, poll->visibility);
+	return true;
+}
+
+/*
+ * Step 2: takes over the oldest expired lease of the group, or as much of
+ * it as the batch size allows; the rest stays with its holder, expired, for
+ * the next poll. Returns whether it found one.
+ */
+static bool
+poll_expired_lease(Poll *poll)
+{
+	Oid			types[1] = {TEXTOID};
+	Oid			shrink_types[3] = {TEXTOID, TEXTOID, INT8OID};
+	Datum		args[1] = {poll->group};
+
+	for (;;)
+	{
+		Datum		holder;
+		int64		start;
+		int64		end;
+		int64		first;
+		int64		last;
+		bool		isnull;
+
+		if (SPI_execute_plan(TidePlan(&expired_lease_plan,
+									  "SELECT consumer_id, lease_start, lease_end"
+									  "  FROM tide.tide_consumer_leases"
+									  " WHERE group_name = $1 AND expires_at <= clock_timestamp()"
+									  " ORDER BY lease_start LIMIT 1 FOR UPDATE",
+									  1, types),
+							 args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read expired leases");
+		if (SPI_processed == 0)
+			return false;
+		holder = CStringGetTextDatum(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		start = TideSpiInt64(2, &isnull);
+		end = TideSpiInt64(3, &isnull);
+
+		if (take_messages(poll, start - 1, end, &first, &last) == 0)
+		{
+			delete_lease(poll->group, holder);
+			continue;
+		}
+		if (last < end)
+		{
+			Datum		shrink_args[3] = {poll->group, holder, Int64GetDatum(last + 1)};
+
+			run_write(TidePlan(&shrink_lease_plan,
+							   "UPDATE tide.tide_consumer_leases SET lease_start = $3"
+							   " WHERE group_name = $1 AND consumer_id = $2",
+							   3, shrink_types),
+					  shrink_args);
+		}
+		else
+			delete_lease(poll->group, holder);
+		set_lease(poll->group, poll->consumer, first, last, poll->visibility);
+		return true;
+	}
+}
+
+/* Step 3: new messages above leased_upto, up to the safe horizon. */
+static void
+poll_new_messages(Poll *poll)
+{
+	Oid			types[2] = {TEXTOID, INT8OID};
+	int64		horizon = TrackerSafeHorizon();
+	int64		first;
+	int64		last;
+	Datum		args[2];
+
+	if (horizon <= poll->group_state.leased_upto)
+		return;
+	if (take_messages(poll, poll->group_state.leased_upto, horizon, &first, &last) == 0)
+		return;
+	set_lease(poll->group, poll->consumer, first, last, poll->visibility);
+	args[0] = poll->group;
+	args[1] = Int64GetDatum(last);
+	run_write(TidePlan(&advance_plan,
+					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2 WHERE group_name = $1",
+					   2, types),
+			  args);
+}
+
+/* The consumer id argument at `argno`, validated. */
+static char *
+consumer_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *consumer = PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+
+	if (consumer == NULL || consumer[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("consumer id must not be empty"),
+				 errhint("Each consumer of a group identifies itself with a stable, non-empty id.")));
+	return consumer;
+}
+
+/* The group name argument at 0, validated. */
+static char *
+group_arg(FunctionCallInfo fcinfo)
+{
+	char	   *group = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	TideValidateName("consumer group", group);
+	return group;
+}
+
+/*
+ * SQL: tide.poll_outbox(p_group, p_consumer, p_batch_size, p_visibility_seconds)
+ * returns TABLE(id, payload, headers, created_at), the leased messages.
+ */
+Datum
+tide_poll_outbox(PG_FUNCTION_ARGS)
+{
+	Oid			join_types[2] = {TEXTOID, TEXTOID};
+	Datum		join_args[2];
+	Poll		poll;
+	char	   *group;
+	char	   *consumer;
+
+	TideRequirePreload();
+	group = group_arg(fcinfo);
+	consumer = consumer_arg(fcinfo, 1);
+	if (PG_ARGISNULL(2) || PG_GETARG_INT32(2) < 1 || PG_GETARG_INT32(2) > MAX_BATCH_SIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch size must be between 1 and %d", MAX_BATCH_SIZE),
+				 errhint("Poll more often for more messages.")));
+	if (PG_ARGISNULL(3) || PG_GETARG_INT32(3) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("visibility must be at least 1 second"),
+				 errhint("Give the seconds a consumer needs to process a batch; extend_lease() adds more.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	poll.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	poll.group = CStringGetTextDatum(group);
+	poll.consumer = CStringGetTextDatum(consumer);
+	poll.batch_size = PG_GETARG_INT32(2);
+	poll.visibility = PG_GETARG_INT32(3);
+
+	SPI_connect();
+	poll.group_state = lock_group(group);
+
+	join_args[0] = poll.group;
+	join_args[1] = poll.consumer;
+	run_write(TidePlan(&join_plan,
+					   "INSERT INTO tide.tide_consumer_offsets (group_name, consumer_id)"
+					   " VALUES ($1, $2)"
+					   " ON CONFLICT (group_name, consumer_id) DO UPDATE SET last_heartbeat = now()",
+					   2, join_types),
+			  join_args);
+
+	if (!poll_own_lease(&poll) && !poll_expired_lease(&poll))
+		poll_new_messages(&poll);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/* Whether a poll of the group would return something now. */
+static bool
+group_has_messages(const char *group)
+{
+	GroupRead	state;
+	int64		horizon;
+	bool		found;
+
+	SPI_connect();
+	state = peek_group(group);
+	if (state.has_expired_lease)
+		found = true;
+	else
+	{
+		horizon = TrackerSafeHorizon();
+		found = horizon > state.leased_upto &&
+			fetch_messages(state.outbox, state.leased_upto, horizon, 1) > 0;
+	}
+	SPI_finish();
+	return found;
+}
+
+/*
+ * SQL: tide.wait_for_messages(p_group, p_timeout_ms) returns whether the
+ * group has messages to poll, waiting up to the timeout for a publishing
+ * transaction of this database to commit. Getting ready to sleep before
+ * looking means a commit in between is never missed.
+ */
+Datum
+tide_wait_for_messages(PG_FUNCTION_ARGS)
+{
+	ConditionVariable *cv;
+	char	   *group;
+	TimestampTz deadline;
+	bool		found = false;
+
+	TideRequirePreload();
+	group = group_arg(fcinfo);
+	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative"),
+				 errhint("Give the longest wait in milliseconds; 0 only looks.")));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PG_GETARG_INT32(1));
+	cv = WakeConditionVariable(MyDatabaseId);
+
+	for (;;)
+	{
+		long		remaining;
+
+		ConditionVariablePrepareToSleep(cv);
+		found = group_has_messages(group);
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (found || remaining <= 0)
+			break;
+		ConditionVariableTimedSleep(cv, Min(remaining, WAIT_RECHECK_MS), PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	PG_RETURN_BOOL(found);
+}

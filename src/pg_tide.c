@@ -1,0 +1,143 @@
+/*
+ * pg_tide.c
+ *		Library entry point: preload check, shared memory, shared helpers.
+ *
+ * pg_tide keeps its publish tracker and wake-up state in shared memory, so
+ * it must be listed in shared_preload_libraries. Loaded any other way (for
+ * example by CREATE EXTENSION in a server that did not preload it) the
+ * library still loads, so the extension can be created and dropped, but
+ * every function that needs shared memory refuses to run.
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "pg_tide.h"
+
+PG_MODULE_MAGIC;
+
+bool		TidePreloaded = false;
+
+static bool shared_ready = false;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+/* Total shared memory pg_tide asks for. */
+static Size
+tide_shmem_size(void)
+{
+	return add_size(MAXALIGN(TrackerShmemSize()), MAXALIGN(WakeShmemSize()));
+}
+
+/* Asks the postmaster for pg_tide's shared memory. */
+static void
+tide_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(tide_shmem_size());
+}
+
+/* Finds or creates pg_tide's shared memory and lays it out. */
+static void
+tide_shmem_startup(void)
+{
+	bool		found;
+	char	   *base;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	base = ShmemInitStruct("pg_tide", tide_shmem_size(), &found);
+	TrackerShmemInit(base, found);
+	WakeShmemInit(base + MAXALIGN(TrackerShmemSize()), found);
+	LWLockRelease(AddinShmemInitLock);
+	shared_ready = true;
+}
+
+/* Sets up pg_tide when it is preloaded; otherwise leaves it inert. */
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	TidePreloaded = true;
+	MarkGUCPrefixReserved("pg_tide");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = tide_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = tide_shmem_startup;
+
+	TrackerRegisterXactCallback();
+}
+
+/* Refuses, with a hint, when the library was not preloaded. */
+void
+TideRequirePreload(void)
+{
+	if (!TidePreloaded || !shared_ready)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_tide must be loaded via \"shared_preload_libraries\""),
+				 errhint("Add pg_tide to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * Checks an outbox or consumer group name; the same rules and messages as
+ * tide._check_name() in the install script.
+ */
+void
+TideValidateName(const char *kind, const char *name)
+{
+	if (name == NULL || name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s name must not be empty", kind),
+				 errhint("Give the %s a name of 1 to 63 bytes.", kind)));
+	if (strlen(name) > TIDE_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s name \"%s\" is too long", kind, name),
+				 errhint("A %s name has at most 63 bytes; this one has %zu.",
+						 kind, strlen(name))));
+}
+
+/*
+ * Returns a saved SPI plan, preparing it on first use in this backend.
+ * Saved plans are re-analysed by the plan cache when the objects they use
+ * change, so they survive DROP and CREATE EXTENSION.
+ */
+SPIPlanPtr
+TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		*cache = plan;
+	}
+	return *cache;
+}
+
+/* Column `col` (1-based) of the first SPI result row as int64; NULL as -1 with *isnull set. */
+int64
+TideSpiInt64(int col, bool *isnull)
+{
+	Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+
+	return *isnull ? -1 : DatumGetInt64(value);
+}

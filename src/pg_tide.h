@@ -1,0 +1,38 @@
+/*
+ * pg_tide.h
+ *		Declarations shared by the code that runs in callers' transactions.
+ */
+#ifndef PG_TIDE_H
+#define PG_TIDE_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "storage/condition_variable.h"
+
+/* Longest outbox or consumer group name, in bytes. */
+#define TIDE_MAX_NAME_BYTES 63
+
+/* pg_tide.c: loading and shared memory */
+extern bool TidePreloaded;
+extern void TideRequirePreload(void);
+extern void TideValidateName(const char *kind, const char *name);
+extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
+extern int64 TideSpiInt64(int col, bool *isnull);
+
+/* tracker.c: commit-order-safe publish tracker */
+extern Size TrackerShmemSize(void);
+extern void TrackerShmemInit(void *place, bool found);
+extern void TrackerRegisterXactCallback(void);
+extern int64 TrackerSafeHorizon(void);
+extern int64 TrackerSequenceLastValue(void);
+extern Oid	TrackerSequenceOid(void);
+
+/* wake.c: wake on commit */
+extern Size WakeShmemSize(void);
+extern void WakeShmemInit(void *place, bool found);
+extern void WakeDatabase(Oid dboid);
+extern ConditionVariable *WakeConditionVariable(Oid dboid);
+
+#endif							/* PG_TIDE_H */

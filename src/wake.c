@@ -1,0 +1,58 @@
+/*
+ * wake.c
+ *		Wake on commit: whoever waits for new messages in a database is woken
+ *		when a transaction that published there commits.
+ *
+ * Each database hashes to one of a fixed number of condition variables.
+ * The publish tracker broadcasts on the database's variable at commit (not
+ * at abort), after the commit is visible, so a waiter that wakes and reads
+ * sees the new messages. Two databases sharing a variable only cause a
+ * spurious wake-up, which waiters tolerate by checking again.
+ */
+#include "postgres.h"
+
+#include "storage/condition_variable.h"
+
+#include "pg_tide.h"
+
+#define WAKE_SLOTS 64
+
+typedef struct WakeShared
+{
+	ConditionVariable cv[WAKE_SLOTS];
+} WakeShared;
+
+static WakeShared *wake = NULL;
+
+/* Shared memory for the condition variables. */
+Size
+WakeShmemSize(void)
+{
+	return sizeof(WakeShared);
+}
+
+/* Lays out the condition variables on first attach. */
+void
+WakeShmemInit(void *place, bool found)
+{
+	wake = (WakeShared *) place;
+	if (found)
+		return;
+	for (int i = 0; i < WAKE_SLOTS; i++)
+		ConditionVariableInit(&wake->cv[i]);
+}
+
+/* The condition variable that publishing commits in a database signal. */
+ConditionVariable *
+WakeConditionVariable(Oid dboid)
+{
+	return &wake->cv[dboid % WAKE_SLOTS];
+}
+
+/* Wakes everyone waiting for messages in a database; never raises. */
+void
+WakeDatabase(Oid dboid)
+{
+	if (wake != NULL)
+		ConditionVariableBroadcast(WakeConditionVariable(dboid));
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Shared set-up for test/demo.sh and test/run-tests.sh: packages, build,
+# install, and a throwaway cluster with pg_tide preloaded. Runs as root;
+# the cluster runs as the postgres user because initdb refuses root.
+set -euo pipefail
+
+TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=${PG_MAJOR:-15}
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_cluster}
+TIDE_PORT=${TIDE_PORT:-5499}
+export PGHOST=$TIDE_CLUSTER PGPORT=$TIDE_PORT PGUSER=postgres
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Debian packages the build and the tests need.
+tide_install_packages() {
+	local pkgs=(build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
+		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libipc-run-perl)
+	local missing=()
+	for p in "${pkgs[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y --no-install-recommends "${missing[@]}" ||
+			{ apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }
+	fi
+}
+
+# Builds and installs pg_tide into the server's directories.
+tide_build_install() {
+	log "building pg_tide"
+	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config clean >/dev/null 2>&1 || true
+	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"}
+	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config install
+}
+
+# Stops the throwaway cluster if it runs.
+tide_stop_cluster() {
+	if [ -f "$TIDE_CLUSTER/data/postmaster.pid" ]; then
+		runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$TIDE_CLUSTER/data" -m fast -w stop >/dev/null || true
+	fi
+}
+
+# A fresh cluster in $TIDE_CLUSTER, listening on 127.0.0.1 and a socket there.
+tide_start_cluster() {
+	tide_stop_cluster
+	rm -rf "$TIDE_CLUSTER"
+	mkdir -p "$TIDE_CLUSTER"
+	chown postgres: "$TIDE_CLUSTER"
+	log "starting a throwaway cluster in $TIDE_CLUSTER (port $TIDE_PORT)"
+	runuser -u postgres -- "$PG_BIN/initdb" -D "$TIDE_CLUSTER/data" -A trust -U postgres >/dev/null
+	cat >>"$TIDE_CLUSTER/data/postgresql.conf" <<CONF
+shared_preload_libraries = 'pg_tide'
+listen_addresses = '127.0.0.1'
+port = $TIDE_PORT
+unix_socket_directories = '$TIDE_CLUSTER'
+max_prepared_transactions = 10
+fsync = off
+CONF
+	runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$TIDE_CLUSTER/data" -l "$TIDE_CLUSTER/server.log" -w start >/dev/null
+}
+
+# Prints the server log, for failures.
+tide_show_server_log() {
+	if [ -f "$TIDE_CLUSTER/server.log" ]; then
+		log "server log ($TIDE_CLUSTER/server.log)"
+		tail -n 200 "$TIDE_CLUSTER/server.log"
+	fi
+}
