@@ -44,7 +44,8 @@ tide_stop_cluster() {
 	fi
 }
 
-# A fresh cluster in $TIDE_CLUSTER, listening on 127.0.0.1 and a socket there.
+# A fresh cluster in $TIDE_CLUSTER, listening on 127.0.0.1 and a socket there;
+# $TIDE_EXTRA_CONF is appended to its postgresql.conf.
 tide_start_cluster() {
 	tide_stop_cluster
 	rm -rf "$TIDE_CLUSTER"
@@ -57,9 +58,9 @@ shared_preload_libraries = 'pg_tide'
 listen_addresses = '127.0.0.1'
 port = $TIDE_PORT
 unix_socket_directories = '$TIDE_CLUSTER'
-max_prepared_transactions = 10
-fsync = off
 CONF
+	# Callers add settings of their own, for example fsync = off for tests.
+	printf '%s\n' "${TIDE_EXTRA_CONF:-}" >>"$TIDE_CLUSTER/data/postgresql.conf"
 	runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$TIDE_CLUSTER/data" -l "$TIDE_CLUSTER/server.log" -w start >/dev/null
 }
 
