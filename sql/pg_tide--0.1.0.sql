@@ -187,8 +187,8 @@ BEGIN
 	IF octet_length(p_name) > 63 THEN
 		RAISE EXCEPTION '% name "%" is too long', p_kind, p_name
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = format('A %s name has at most 63 bytes; this one has %s.',
-								p_kind, octet_length(p_name));
+				  HINT = format('Names have at most 63 bytes; this one has %s.',
+								octet_length(p_name));
 	END IF;
 END
 $$;
@@ -430,6 +430,8 @@ BEGIN
 	RETURN result;
 END
 $$;
+COMMENT ON FUNCTION tide.outbox_status(text)
+	IS 'pending count and age, newest id, consumer groups with position and lag, oldest open publishing transaction';
 
 -- ---------------------------------------------------------------------------
 -- Consumer groups

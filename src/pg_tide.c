@@ -108,8 +108,8 @@ TideValidateName(const char *kind, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s name \"%s\" is too long", kind, name),
-				 errhint("A %s name has at most 63 bytes; this one has %zu.",
-						 kind, strlen(name))));
+				 errhint("Names have at most 63 bytes; this one has %zu.",
+						 strlen(name))));
 }
 
 /*
