@@ -20,8 +20,12 @@ SELECT tgname, tgrelid::regclass
 -- The id sequence is not cached per backend (the safe horizon depends on it).
 SELECT seqcache FROM pg_sequence WHERE seqrelid = 'tide.tide_outbox_messages_id_seq'::regclass;
 
--- The extension is not relocatable and lives in schema tide.
-SELECT extname, extrelocatable, extnamespace::regnamespace FROM pg_extension WHERE extname = 'pg_tide';
+-- The extension is not relocatable; schema tide belongs to it, so DROP
+-- EXTENSION removes it.
+SELECT extname, extrelocatable FROM pg_extension WHERE extname = 'pg_tide';
+SELECT count(*) AS schema_is_member FROM pg_depend
+ WHERE classid = 'pg_namespace'::regclass AND objid = 'tide'::regnamespace
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_tide') AND deptype = 'e';
 
 -- Every API function has a comment.
 SELECT p.proname

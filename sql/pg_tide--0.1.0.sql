@@ -1,6 +1,10 @@
 -- pg_tide 0.1.0: catalog, outbox, consumer groups
 \echo Use "CREATE EXTENSION pg_tide" to load this file. \quit
 
+-- The schema belongs to the extension, so DROP EXTENSION removes it.
+CREATE SCHEMA tide;
+COMMENT ON SCHEMA tide IS 'pg_tide: outboxes, consumer groups, inboxes and relay pipelines';
+
 -- ---------------------------------------------------------------------------
 -- Internal C helpers (not granted to PUBLIC; see the REVOKEs at the end)
 -- ---------------------------------------------------------------------------

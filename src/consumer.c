@@ -38,9 +38,6 @@ PG_FUNCTION_INFO_V1(tide_wait_for_messages);
 
 #define MAX_BATCH_SIZE 10000
 
-/* How often a waiter looks again without a wake-up (leases expire silently). */
-#define WAIT_RECHECK_MS 1000
-
 static SPIPlanPtr lock_group_plan = NULL;
 static SPIPlanPtr peek_group_plan = NULL;
 static SPIPlanPtr join_plan = NULL;
@@ -467,7 +464,8 @@ group_has_messages(const char *group)
  * SQL: tide.wait_for_messages(p_group, p_timeout_ms) returns whether the
  * group has messages to poll, waiting up to the timeout for a publishing
  * transaction of this database to commit. Getting ready to sleep before
- * looking means a commit in between is never missed.
+ * looking means a commit in between is never missed. Leases expire without
+ * a wake-up, so it also looks again every pg_tide.wait_recheck_ms.
  */
 Datum
 tide_wait_for_messages(PG_FUNCTION_ARGS)
@@ -496,7 +494,7 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (found || remaining <= 0)
 			break;
-		ConditionVariableTimedSleep(cv, Min(remaining, WAIT_RECHECK_MS), PG_WAIT_EXTENSION);
+		ConditionVariableTimedSleep(cv, Min(remaining, TideWaitRecheckMs), PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
 	PG_RETURN_BOOL(found);

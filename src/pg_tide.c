@@ -22,6 +22,7 @@
 PG_MODULE_MAGIC;
 
 bool		TidePreloaded = false;
+int			TideWaitRecheckMs = 1000;
 
 static bool shared_ready = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -71,6 +72,15 @@ _PG_init(void)
 		return;
 
 	TidePreloaded = true;
+
+	DefineCustomIntVariable("pg_tide.wait_recheck_ms",
+							"How often tide.wait_for_messages() looks again without a wake-up.",
+							"Commits wake waiters at once; this only bounds how late a waiter "
+							"notices a lease that expired.",
+							&TideWaitRecheckMs,
+							1000, 10, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pg_tide");
 
 	prev_shmem_request_hook = shmem_request_hook;

@@ -16,6 +16,7 @@
 
 /* pg_tide.c: loading and shared memory */
 extern bool TidePreloaded;
+extern int	TideWaitRecheckMs;
 extern void TideRequirePreload(void);
 extern void TideValidateName(const char *kind, const char *name);
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);

@@ -1,0 +1,44 @@
+# Without shared_preload_libraries, CREATE EXTENSION still works and the
+# functions that need shared memory refuse with SQLSTATE 55000 and a hint.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('no_preload');
+$node->init;
+$node->start;
+
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
+is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'pg_tide'"),
+	'0.1.0', 'extension created without preloading');
+
+# Configuration functions need no shared memory.
+$node->safe_psql('postgres', "SELECT tide.outbox_create('orders')");
+
+foreach my $call (
+	"SELECT tide.outbox_publish('orders', '{}')",
+	"SELECT tide.outbox_publish_batch('orders', ARRAY['{}']::jsonb[])",
+	"SELECT tide.create_consumer_group('g', 'orders', 'latest')",
+	"SELECT * FROM tide.poll_outbox('g', 'c')",
+	"SELECT tide.wait_for_messages('g', 0)",
+	"SELECT tide.outbox_status('orders')")
+{
+	my ($ret, $stdout, $stderr) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$call");
+	isnt($ret, 0, "refused: $call");
+	like($stderr, qr/ERROR:  55000: pg_tide must be loaded via "shared_preload_libraries"/,
+		"55000 with the message: $call");
+	like($stderr, qr/HINT:  Add pg_tide to shared_preload_libraries/, "hint: $call");
+}
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM tide.tide_outbox_messages'),
+	'0', 'nothing was written');
+
+$node->safe_psql('postgres', 'DROP EXTENSION pg_tide');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_namespace WHERE nspname = 'tide'"),
+	'0', 'DROP EXTENSION removes schema tide');
+
+$node->stop;
+done_testing();

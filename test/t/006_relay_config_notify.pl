@@ -1,0 +1,35 @@
+# Changing a relay pipeline row notifies channel tide_relay_config.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('notify');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
+
+my (undef, $out, $err) = $node->psql('postgres', q{
+	LISTEN tide_relay_config;
+	INSERT INTO tide.relay_outbox_config (name, config) VALUES ('p1', '{}');
+	UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'p1';
+	DELETE FROM tide.relay_outbox_config WHERE name = 'p1';
+	INSERT INTO tide.relay_inbox_config (name, config) VALUES ('r1', '{}');
+	DELETE FROM tide.relay_inbox_config WHERE name = 'r1';
+});
+my @payloads = $out =~ /Asynchronous notification "tide_relay_config" with payload "(.*?)" received/g;
+is_deeply(
+	\@payloads,
+	[
+		'{"table" : "relay_outbox_config", "op" : "INSERT", "name" : "p1"}',
+		'{"table" : "relay_outbox_config", "op" : "UPDATE", "name" : "p1"}',
+		'{"table" : "relay_outbox_config", "op" : "DELETE", "name" : "p1"}',
+		'{"table" : "relay_inbox_config", "op" : "INSERT", "name" : "r1"}',
+		'{"table" : "relay_inbox_config", "op" : "DELETE", "name" : "r1"}',
+	],
+	'every change of either table is notified') or diag("stdout: $out\nstderr: $err");
+
+$node->stop;
+done_testing();
