@@ -15,6 +15,7 @@
 
 /* This backend's index into the PGPROC array. */
 #if PG_VERSION_NUM >= 170000
+#include "storage/procnumber.h"
 #define TideMyProcIndex() ((int) MyProcNumber)
 #else
 #define TideMyProcIndex() (MyProc->pgprocno)

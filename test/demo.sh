@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Quick start: installs what is missing, builds and installs pg_tide, starts
+# a throwaway cluster with pg_tide preloaded, and shows messages published in
+# the application's own transactions and consumed by two consumer groups.
+# Run as root on Debian 12: test/demo.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+tide_install_packages
+tide_build_install
+tide_start_cluster
+
+log "demo"
+"$PG_BIN/psql" -X -v ON_ERROR_STOP=1 -d postgres <<'SQL'
+\pset footer off
+\echo '-- install, one outbox, two consumer groups that each see every message'
+\set QUIET on
+CREATE EXTENSION pg_tide;
+CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL);
+SELECT tide.outbox_create('orders') \g /dev/null
+SELECT tide.create_consumer_group('billing', 'orders') \g /dev/null
+SELECT tide.create_consumer_group('shipping', 'orders') \g /dev/null
+
+\echo '-- the message commits with the business write ...'
+BEGIN;
+INSERT INTO orders VALUES (42, 'paid');
+SELECT tide.outbox_publish('orders', '{"order": 42, "status": "paid"}', '{"type": "order.paid"}') AS message_id;
+COMMIT;
+
+\echo '-- ... and rolls back with it: order 43 leaves no message behind'
+BEGIN;
+INSERT INTO orders VALUES (43, 'paid');
+SELECT tide.outbox_publish('orders', '{"order": 43, "status": "paid"}') AS message_id;
+ROLLBACK;
+
+\echo '-- many messages in one call'
+SELECT tide.outbox_publish_batch('orders', ARRAY[
+	'{"order": 44, "status": "paid"}', '{"order": 45, "status": "paid"}',
+	'{"order": 46, "status": "paid"}']::jsonb[], '{"type": "order.paid"}') AS published;
+
+\echo '-- two billing workers share the work: each gets its own lease'
+CREATE TEMP TABLE billing_1 AS SELECT id, payload FROM tide.poll_outbox('billing', 'billing-1', 2);
+CREATE TEMP TABLE billing_2 AS SELECT id, payload FROM tide.poll_outbox('billing', 'billing-2', 2);
+SELECT 'billing-1' AS consumer, * FROM billing_1
+UNION ALL
+SELECT 'billing-2', * FROM billing_2 ORDER BY id;
+\echo '-- each acknowledges the last message it processed'
+SELECT tide.commit_offset('billing', 'billing-1', (SELECT max(id) FROM billing_1)) \g /dev/null
+SELECT tide.commit_offset('billing', 'billing-2', (SELECT max(id) FROM billing_2)) \g /dev/null
+
+\echo '-- shipping reads the same messages independently'
+SELECT 'shipping-1' AS consumer, id, payload->>'order' AS "order", headers->>'type' AS type
+  FROM tide.poll_outbox('shipping', 'shipping-1', 10);
+
+\echo '-- where every group stands'
+SELECT group_name, committed_offset, newest_id, pending FROM tide.consumer_lag ORDER BY 1;
+SELECT jsonb_pretty(tide.outbox_status('orders') - 'consumer_groups') AS outbox_status;
+SQL
+
+log "the cluster keeps running; connect with: psql -h $PGHOST -p $PGPORT -U postgres"
+log "stop it with: runuser -u postgres -- $PG_BIN/pg_ctl -D $TIDE_CLUSTER/data stop"
