@@ -1,5 +1,7 @@
 -- Outboxes: create, drop, enable, disable, publish, status, backpressure.
 \set VERBOSITY default
+-- Message ids in this file start at 1, whatever ran before.
+SELECT setval('tide.tide_outbox_messages_id_seq', 1, false) \g /dev/null
 -- try(sql): runs a statement and shows its SQLSTATE, message and hint.
 CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
