@@ -118,6 +118,19 @@ SELECT consumer_id, lease_start = pg_temp.id_of(5) AS rest_starts_at_5 FROM tide
  WHERE group_name = 'audit' AND consumer_id = 'a1';
 SELECT pg_temp.ids('audit', 'a3', 100);
 SELECT consumer_id FROM tide.tide_consumer_leases WHERE group_name = 'audit' ORDER BY 1;
+-- a consumer that takes over lower ids than it committed before: its
+-- offset is the last id it acknowledged, and retrying that is harmless
+SELECT tide.commit_offset('audit', 'a3', pg_temp.id_of(10));
+UPDATE tide.tide_consumer_leases SET expires_at = '-infinity' WHERE group_name = 'audit' AND consumer_id = 'a2';
+SELECT pg_temp.ids('audit', 'a3');
+SELECT tide.commit_offset('audit', 'a3', pg_temp.id_of(4));
+SELECT tide.commit_offset('audit', 'a3', pg_temp.id_of(4));
+SELECT committed_offset = pg_temp.id_of(4) AS last_acknowledged FROM tide.tide_consumer_offsets
+ WHERE group_name = 'audit' AND consumer_id = 'a3';
+-- the former holders of those leases have nothing left to commit
+SELECT pg_temp.try(format('SELECT tide.commit_offset(%L, %L, %s)', 'audit', 'a2', pg_temp.id_of(4)));
+SELECT pg_temp.try(format('SELECT tide.commit_offset(%L, %L, %s)', 'audit', 'a1', pg_temp.id_of(2)));
+SELECT committed_offset = pg_temp.id_of(10) AS audit_read_all FROM tide.consumer_lag WHERE group_name = 'audit';
 
 -- poll argument errors
 SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('nope', 'c')$$);

@@ -6,7 +6,8 @@ CREATE SCHEMA tide;
 COMMENT ON SCHEMA tide IS 'pg_tide: outboxes, consumer groups, inboxes and relay pipelines';
 
 -- ---------------------------------------------------------------------------
--- Internal C helpers (not granted to PUBLIC; see the REVOKEs at the end)
+-- Internal C helpers. Their names start with "_"; they are called by the API
+-- functions and by the message id default, so they run as the caller.
 -- ---------------------------------------------------------------------------
 
 -- Takes the next message id after registering this transaction in the publish
@@ -523,6 +524,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
 	lease tide.tide_consumer_leases;
+	has_lease boolean;
 	committed bigint;
 BEGIN
 	-- A share lock on the group orders this with polls, which take the
@@ -547,35 +549,33 @@ BEGIN
 
 	SELECT * INTO lease FROM tide.tide_consumer_leases l
 	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer;
+	has_lease := FOUND;
 
-	IF NOT FOUND THEN
-		IF p_last_offset < committed THEN
-			RAISE EXCEPTION 'offset % is behind the committed offset % of consumer "%"',
-							p_last_offset, committed, p_consumer
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'Offsets only move forward; an operator can use tide.admin_rewind_offset().';
-		ELSIF p_last_offset > committed THEN
-			RAISE EXCEPTION 'consumer "%" holds no lease in group "%"', p_consumer, p_group
-				USING ERRCODE = 'object_not_in_prerequisite_state',
-					  HINT = 'The lease expired and was handed to another consumer, or was released; poll again.';
-		END IF;
-		-- Committing the committed offset again is a harmless retry.
+	-- Committing the offset this consumer committed last is a harmless retry.
+	IF p_last_offset = committed AND (NOT has_lease OR p_last_offset < lease.lease_start) THEN
 		UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
 		 WHERE group_name = p_group AND consumer_id = p_consumer;
 		RETURN;
 	END IF;
 
-	IF p_last_offset < lease.lease_start THEN
-		IF p_last_offset <= committed THEN
-			-- A retried commit of what this consumer already acknowledged.
-			UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
-			 WHERE group_name = p_group AND consumer_id = p_consumer;
-			RETURN;
+	IF NOT has_lease THEN
+		IF p_last_offset < committed THEN
+			RAISE EXCEPTION 'offset % is behind the committed offset % of consumer "%"',
+							p_last_offset, committed, p_consumer
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Offsets only move forward; an operator can use tide.admin_rewind_offset().';
 		END IF;
+		RAISE EXCEPTION 'consumer "%" holds no lease in group "%"', p_consumer, p_group
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'The lease expired and was handed to another consumer, or was released; poll again.';
+	END IF;
+
+	IF p_last_offset < lease.lease_start THEN
 		RAISE EXCEPTION 'offset % is behind the lease of consumer "%", which starts at %',
 						p_last_offset, p_consumer, lease.lease_start
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Offsets only move forward; commit the id of the last message you processed.';
+				  HINT = 'Offsets only move forward; what lies before the lease was acknowledged, '
+					  'or handed to another consumer when the lease expired.';
 	END IF;
 	IF p_last_offset > lease.lease_end THEN
 		RAISE EXCEPTION 'offset % is beyond the lease of consumer "%", which ends at %',
@@ -592,7 +592,7 @@ BEGIN
 		 WHERE group_name = p_group AND consumer_id = p_consumer;
 	END IF;
 	UPDATE tide.tide_consumer_offsets
-	   SET committed_offset = greatest(committed_offset, p_last_offset),
+	   SET committed_offset = p_last_offset,
 		   last_heartbeat = now()
 	 WHERE group_name = p_group AND consumer_id = p_consumer;
 END
@@ -687,7 +687,7 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-	last_id bigint;
+	horizon bigint;
 BEGIN
 	PERFORM tide._lock_group(p_group, 'update');
 	PERFORM tide._check_consumer(p_consumer);
@@ -696,11 +696,13 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = '0 re-reads the outbox from its first message.';
 	END IF;
-	SELECT coalesce(last_value, 0) INTO last_id FROM tide.tide_outbox_messages_id_seq;
-	IF p_target_offset > last_id THEN
-		RAISE EXCEPTION 'target offset % is beyond the newest message id %', p_target_offset, last_id
+	-- Beyond the safe horizon are ids whose transactions may still commit:
+	-- moving past them would skip messages nobody has seen.
+	horizon := tide._safe_horizon();
+	IF p_target_offset > horizon THEN
+		RAISE EXCEPTION 'target offset % is beyond the safe horizon %', p_target_offset, horizon
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Choose an id that has been handed out.';
+				  HINT = 'Ids above the safe horizon have not been handed out or belong to transactions that are still open.';
 	END IF;
 	IF NOT coalesce(p_confirm, false) THEN
 		RAISE EXCEPTION 'moving the offset of group "%" needs confirmation', p_group
@@ -729,8 +731,11 @@ SELECT g.group_name,
 	   p.position AS committed_offset,
 	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
 		 WHERE m.outbox_name = g.outbox_name) AS newest_id,
-	   (SELECT count(*) FROM tide.tide_outbox_messages m
-		 WHERE m.outbox_name = g.outbox_name AND m.id > p.position) AS pending,
+	   CASE WHEN p.position IS NOT NULL THEN
+		   (SELECT count(*) FROM tide.tide_outbox_messages m
+			 WHERE m.outbox_name = g.outbox_name AND m.consumed_at IS NULL
+			   AND m.id > p.position)
+	   END AS pending,
 	   (SELECT count(*) FROM tide.tide_consumer_offsets o
 		 WHERE o.group_name = g.group_name) AS consumers,
 	   (SELECT count(*) FROM tide.tide_consumer_leases l

@@ -13,8 +13,8 @@
  *
  * 1. returns the consumer's own lease again, with a fresh expiry, if it
  *	  holds one (a consumer that restarts gets its batch back at once);
- * 2. otherwise takes over the oldest expired lease of the group, or its
- *	  first p_batch_size messages, leaving the rest expired;
+ * 2. otherwise takes over the expired lease of the group with the lowest
+ *	  ids, or its first p_batch_size messages, leaving the rest expired;
  * 3. otherwise leases the next messages above leased_upto, never above the
  *	  publish tracker's safe horizon, read with a snapshot taken after the
  *	  horizon was computed, and moves leased_upto to the last of them.
@@ -282,8 +282,8 @@ poll_own_lease(Poll *poll)
 }
 
 /*
- * Step 2: takes over the oldest expired lease of the group, or as much of
- * it as the batch size allows; the rest stays with its holder, expired, for
+ * Step 2: takes over the group's expired lease with the lowest ids, or as
+ * much of it as the batch size allows; the rest stays with its holder, expired, for
  * the next poll. Returns whether it found one.
  */
 static bool

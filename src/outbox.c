@@ -125,6 +125,9 @@ outbox_admit(const char *name, int64 n)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("outbox \"%s\" has too many unconsumed messages", name),
+				 unconsumed == threshold ?
+				 errdetail("It holds at least %lld unconsumed messages and its inline_threshold is %lld.",
+						   (long long) unconsumed, (long long) threshold) :
 				 errdetail("It holds %lld unconsumed messages and its inline_threshold is %lld; "
 						   "publishing %lld more would exceed it.",
 						   (long long) unconsumed, (long long) threshold, (long long) n),
