@@ -243,8 +243,13 @@ BEGIN
 END
 $$;
 
--- Locks a consumer group's row and returns it, or raises 42704.
-CREATE FUNCTION tide._lock_group(p_group text, p_strength text)
+-- Locks a consumer group's row and returns it, or raises 42704. Every
+-- function that reads or changes a group's leases takes this one lock, of
+-- one strength, first: polls, commits and lease changes of a group run one
+-- at a time, and a transaction that commits and then polls never has to
+-- upgrade its lock (two such transactions would deadlock). FOR NO KEY
+-- UPDATE leaves the key share locks of foreign key checks alone.
+CREATE FUNCTION tide._lock_group(p_group text)
 RETURNS tide.tide_consumer_groups
 LANGUAGE plpgsql
 AS $$
@@ -252,11 +257,7 @@ DECLARE
 	g tide.tide_consumer_groups;
 BEGIN
 	PERFORM tide._check_name('consumer group', p_group);
-	IF p_strength = 'update' THEN
-		SELECT * INTO g FROM tide.tide_consumer_groups WHERE group_name = p_group FOR UPDATE;
-	ELSE
-		SELECT * INTO g FROM tide.tide_consumer_groups WHERE group_name = p_group FOR SHARE;
-	END IF;
+	SELECT * INTO g FROM tide.tide_consumer_groups WHERE group_name = p_group FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'consumer group "%" does not exist', p_group
 			USING ERRCODE = 'undefined_object',
@@ -527,9 +528,9 @@ DECLARE
 	has_lease boolean;
 	committed bigint;
 BEGIN
-	-- A share lock on the group orders this with polls, which take the
-	-- group row for update before they hand a lease to someone else.
-	PERFORM tide._lock_group(p_group, 'share');
+	-- The group lock orders this with polls, which hand expired leases to
+	-- other consumers.
+	PERFORM tide._lock_group(p_group);
 	PERFORM tide._check_consumer(p_consumer);
 	IF p_last_offset IS NULL THEN
 		RAISE EXCEPTION 'offset must not be null'
@@ -608,7 +609,7 @@ AS $$
 DECLARE
 	lease tide.tide_consumer_leases;
 BEGIN
-	PERFORM tide._lock_group(p_group, 'share');
+	PERFORM tide._lock_group(p_group);
 	PERFORM tide._check_consumer(p_consumer);
 	SELECT * INTO lease FROM tide.tide_consumer_leases l
 	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer
@@ -627,11 +628,18 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-	PERFORM tide._lock_group(p_group, 'share');
+	-- Touches only the consumer's own row: no group lock, so heartbeats
+	-- never wait for polls.
+	PERFORM tide._check_name('consumer group', p_group);
 	PERFORM tide._check_consumer(p_consumer);
 	UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
 	 WHERE group_name = p_group AND consumer_id = p_consumer;
 	IF NOT FOUND THEN
+		IF NOT EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p_group) THEN
+			RAISE EXCEPTION 'consumer group "%" does not exist', p_group
+				USING ERRCODE = 'undefined_object',
+					  HINT = 'Create it with tide.create_consumer_group().';
+		END IF;
 		RAISE EXCEPTION 'consumer "%" is not known in group "%"', p_consumer, p_group
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'A consumer joins its group with its first tide.poll_outbox().';
@@ -689,7 +697,7 @@ AS $$
 DECLARE
 	horizon bigint;
 BEGIN
-	PERFORM tide._lock_group(p_group, 'update');
+	PERFORM tide._lock_group(p_group);
 	PERFORM tide._check_consumer(p_consumer);
 	IF p_target_offset IS NULL OR p_target_offset < 0 THEN
 		RAISE EXCEPTION 'target offset must be zero or a message id'

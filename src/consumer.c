@@ -8,8 +8,9 @@
  * through leases, at most one per consumer, each an id range [lease_start,
  * lease_end] held until expires_at. The group row's leased_upto is the
  * highest id handed out so far; every id up to it is either acknowledged or
- * inside some lease. A poll, holding the group row for update so that polls
- * of one group run one at a time (publishers never touch that row):
+ * inside some lease. A poll holds the group row lock (tide._lock_group), so
+ * that polls, commits and lease changes of one group run one at a time
+ * (publishers never touch that row):
  *
  * 1. returns the consumer's own lease again, with a fresh expiry, if it
  *	  holds one (a consumer that restarts gets its batch back at once);
@@ -69,7 +70,7 @@ require_position(const char *group, bool position_isnull)
 				 errhint("An operator sets its position with tide.admin_rewind_offset().")));
 }
 
-/* Locks the group row for update (raising 42704 if missing) and reads it. */
+/* Locks the group row (raising 42704 if missing) and reads it. */
 static GroupRead
 lock_group(const char *group)
 {
@@ -79,7 +80,7 @@ lock_group(const char *group)
 	bool		isnull;
 
 	if (SPI_execute_plan(TidePlan(&lock_group_plan,
-								  "SELECT outbox_name, leased_upto FROM tide._lock_group($1, 'update')",
+								  "SELECT outbox_name, leased_upto FROM tide._lock_group($1)",
 								  1, types),
 						 args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not lock consumer group \"%s\"", group);
