@@ -8,7 +8,7 @@ OBJS = \
 	src/outbox.o \
 	src/consumer.o
 
-DATA = $(filter-out $(wildcard sql/*test*.sql),$(wildcard sql/pg_tide--*.sql))
+DATA = $(wildcard sql/pg_tide--*.sql)
 
 PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers

@@ -2,18 +2,7 @@
 \set VERBOSITY default
 -- Message ids in this file start at 1, whatever ran before.
 SELECT setval('tide.tide_outbox_messages_id_seq', 1, false) \g /dev/null
--- try(sql): runs a statement and shows its SQLSTATE, message and hint.
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; hint text;
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-	RETURN st || ': ' || msg || coalesce(' / hint: ' || nullif(hint, ''), '');
-END
-$$;
+\i sql/include/try.sql
 -- ids(group, consumer, n): the payload numbers a poll returns, as one array.
 CREATE FUNCTION pg_temp.ids(g text, c text, n int DEFAULT 100, vis int DEFAULT 30)
 RETURNS int[] LANGUAGE sql AS $$

@@ -7,14 +7,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('wake');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'");
-$node->start;
+my $node = tide_node('wake');
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION pg_tide;
 	SELECT tide.outbox_create('orders');
 	SELECT tide.create_consumer_group('g', 'orders');
 });

@@ -6,13 +6,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'\nrestart_after_crash = on");
-$node->start;
+my $node = tide_node('crash', "restart_after_crash = on");
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION pg_tide;
 	SELECT tide.outbox_create('orders');
 	SELECT tide.create_consumer_group('g', 'orders');
 	SELECT tide.outbox_publish_batch('orders',

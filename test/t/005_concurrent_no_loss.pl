@@ -7,14 +7,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('concurrent');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'\nmax_connections = 40\nfsync = off");
-$node->start;
+my $node = tide_node('concurrent', "max_connections = 40\nfsync = off");
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION pg_tide;
 	SELECT tide.outbox_create('orders', 24, 1000000);
 	SELECT tide.outbox_create('noise', 24, 1000000);
 	SELECT tide.create_consumer_group('g1', 'orders');

@@ -4,12 +4,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
 
-my $node = PostgreSQL::Test::Cluster->new('notify');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
+my $node = tide_node('notify');
 
 my (undef, $out, $err) = $node->psql('postgres', q{
 	LISTEN tide_relay_config;

@@ -5,11 +5,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
 
-my $node = PostgreSQL::Test::Cluster->new('dump');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'");
-$node->start;
+my $node = tide_node('dump');
 $node->safe_psql('postgres', 'CREATE DATABASE source');
 $node->safe_psql('source', q{
 	CREATE EXTENSION pg_tide;

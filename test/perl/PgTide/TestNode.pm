@@ -1,0 +1,27 @@
+# A started test cluster with pg_tide preloaded and installed, for the TAP
+# tests in test/t.
+package PgTide::TestNode;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+
+our @EXPORT = qw(tide_node);
+
+# tide_node($name, $extra_conf): a new node with pg_tide preloaded, the
+# given postgresql.conf lines appended, started, and the extension created
+# in database postgres.
+sub tide_node
+{
+	my ($name, $extra_conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'pg_tide'\n" . ($extra_conf // ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
+	return $node;
+}
+
+1;
