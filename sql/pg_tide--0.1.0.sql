@@ -51,10 +51,13 @@ COMMENT ON TABLE tide.tide_outbox_config IS 'One row per named outbox';
 -- below the value a reader sees, and the safe horizon would not cover them.
 CREATE SEQUENCE tide.tide_outbox_messages_id_seq CACHE 1;
 
+-- outbox_name names a row of tide_outbox_config. A foreign key would lock
+-- that row for every message published (concurrent publishers of one outbox
+-- then share the lock through multixacts): outbox_publish and outbox_drop
+-- keep the reference instead (see outbox_drop and src/outbox.c).
 CREATE TABLE tide.tide_outbox_messages (
 	id				bigint PRIMARY KEY DEFAULT tide._next_message_id(),
-	outbox_name		text NOT NULL
-		REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	outbox_name		text NOT NULL,
 	payload			jsonb NOT NULL,
 	headers			jsonb,
 	created_at		timestamptz NOT NULL DEFAULT now(),
@@ -336,9 +339,22 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
 	PERFORM tide._check_name('outbox', p_name);
-	-- Its messages and consumer groups go with it (ON DELETE CASCADE).
+	-- The messages must be deleted with a snapshot taken after the lock
+	-- below, which a REPEATABLE READ transaction does not take.
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'cannot drop an outbox in a % transaction', current_setting('transaction_isolation')
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Drop it in a READ COMMITTED transaction.';
+	END IF;
+	-- Publishers hold ROW EXCLUSIVE on the message table until they end:
+	-- this waits for those in flight, and new ones wait until the drop has
+	-- committed, after which they no longer find the outbox.
+	LOCK TABLE tide.tide_outbox_messages IN SHARE ROW EXCLUSIVE MODE;
+	-- Its consumer groups go with it (ON DELETE CASCADE), its messages here.
 	DELETE FROM tide.tide_outbox_config WHERE outbox_name = p_name;
-	IF NOT FOUND THEN
+	IF FOUND THEN
+		DELETE FROM tide.tide_outbox_messages WHERE outbox_name = p_name;
+	ELSE
 		IF coalesce(p_if_exists, false) THEN
 			RAISE NOTICE 'outbox "%" does not exist, skipping', p_name;
 		ELSE

@@ -3,14 +3,38 @@
  *		Publishing: tide.outbox_publish() and tide.outbox_publish_batch().
  *
  * A publish runs inside the caller's transaction: the messages commit or
- * roll back with the caller's own writes. Before writing, it checks that
- * the outbox exists and is enabled, and applies backpressure: an outbox
- * never holds more unconsumed messages than its inline_threshold. The
- * message ids come from the column default tide._next_message_id(), which
- * registers the transaction with the publish tracker (tracker.c).
+ * roll back with the caller's own writes. The message ids come from the
+ * column default tide._next_message_id(), which registers the transaction
+ * with the publish tracker (tracker.c).
+ *
+ * Publishing is admitted when the outbox exists, is enabled, and would not
+ * hold more unconsumed messages than its inline_threshold. To cost little,
+ * a publish is one INSERT ... SELECT in the common case:
+ *
+ * 1. Fast path: the INSERT reads the outbox's config row and inserts only
+ *	  when the outbox is enabled and a cheap upper bound on its unconsumed
+ *	  messages leaves room: the ids from its oldest unconsumed message to
+ *	  the last id handed out (one probe of the pending index and the
+ *	  sequence).
+ * 2. Slow path, when the fast path inserted nothing: the full check, which
+ *	  raises the error that applies (missing, disabled, or too many messages
+ *	  by an exact count above the lowest consumer group position), and if
+ *	  the outbox turns out to have room after all, the same INSERT told to
+ *	  skip the bound.
+ *
+ * Messages name their outbox without a foreign key (a key share lock on the
+ * config row per message would make concurrent publishers share it through
+ * multixacts). The INSERT itself reads the config row instead: it takes
+ * ROW EXCLUSIVE on the message table before its snapshot, and outbox_drop
+ * takes SHARE ROW EXCLUSIVE before it deletes, so a publish either ends
+ * before the drop deletes its messages or waits and then finds no outbox.
+ * Under REPEATABLE READ the snapshot is older than the lock, so there the
+ * INSERT also locks the config row (FOR KEY SHARE) and fails with a
+ * serialization error if a drop removed it.
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -25,8 +49,34 @@ PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
 
 static SPIPlanPtr admit_plan = NULL;
 static SPIPlanPtr count_plan = NULL;
-static SPIPlanPtr insert_one_plan = NULL;
-static SPIPlanPtr insert_batch_plan = NULL;
+static SPIPlanPtr insert_one_plan[2] = {NULL, NULL};
+static SPIPlanPtr insert_batch_plan[2] = {NULL, NULL};
+
+/*
+ * The fast path's admission, as a condition on the config row c: $4 skips
+ * it (the slow path admitted the publish), $5 is the number of messages.
+ * Every unconsumed message lies between the outbox's oldest unconsumed
+ * message and the last id handed out, so their distance bounds the count.
+ */
+#define ADMITTED_BY_BOUND \
+	"c.enabled AND ($4 OR" \
+	"  coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::regclass)" \
+	"           - (SELECT m.id FROM tide.tide_outbox_messages m" \
+	"               WHERE m.outbox_name = c.outbox_name AND m.consumed_at IS NULL" \
+	"               ORDER BY m.outbox_name, m.id LIMIT 1) + 1, 0)" \
+	"  + $5 <= c.inline_threshold)"
+
+/* The INSERTs of the fast path, without their locking clause. */
+#define INSERT_ONE_SQL \
+	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
+	" SELECT c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
+	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND
+#define INSERT_BATCH_SQL \
+	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
+	" SELECT c.outbox_name, p.payload, $3" \
+	"   FROM tide.tide_outbox_config c, unnest($2) WITH ORDINALITY AS p (payload, n)" \
+	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND \
+	"  ORDER BY p.n"
 
 /* The outbox name argument, validated. */
 static char *
@@ -63,12 +113,15 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Checks that `n` more messages may be published to the outbox: it exists,
- * is enabled, and would not hold more than inline_threshold unconsumed
- * messages. Unconsumed means above the lowest position of its consumer
- * groups (all messages when it has none). The count is exact; it is only
- * taken when the cheap upper bound (last id handed out minus that position)
- * says the threshold could be reached.
+ * The slow path's check that `n` more messages may be published to the
+ * outbox: it exists, is enabled, and would not hold more than
+ * inline_threshold unconsumed messages. Unconsumed means above the lowest
+ * position of its consumer groups (all messages when it has none). The
+ * count is exact; it is only taken when a bound (last id handed out minus
+ * that position) says the threshold could be reached. Raises the error
+ * that applies; returns when the publish is admitted. Reads with a new
+ * snapshot (under READ COMMITTED) like the INSERT, so that it sees a drop
+ * the INSERT waited for.
  */
 static void
 outbox_admit(const char *name, int64 n)
@@ -86,12 +139,13 @@ outbox_admit(const char *name, int64 n)
 	if (SPI_execute_plan(TidePlan(&admit_plan,
 								  "SELECT c.enabled, c.inline_threshold::bigint,"
 								  "       greatest(tide._outbox_low_water(c.outbox_name),"
-								  "                (SELECT min(m.id) - 1 FROM tide.tide_outbox_messages m"
+								  "                (SELECT m.id - 1 FROM tide.tide_outbox_messages m"
 								  "                  WHERE m.outbox_name = c.outbox_name"
-								  "                    AND m.consumed_at IS NULL))"
+								  "                    AND m.consumed_at IS NULL"
+								  "                  ORDER BY m.outbox_name, m.id LIMIT 1))"
 								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name = $1",
 								  1, admit_types),
-						 args, NULL, true, 1) != SPI_OK_SELECT)
+						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -118,7 +172,7 @@ outbox_admit(const char *name, int64 n)
 								  "  WHERE m.outbox_name = $1 AND m.consumed_at IS NULL AND m.id > $2"
 								  "  LIMIT $3) s",
 								  3, count_types),
-						 args, NULL, true, 1) != SPI_OK_SELECT)
+						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the unconsumed messages of outbox \"%s\"", name);
 	unconsumed = TideSpiInt64(1, &isnull);
 	if (unconsumed + n > threshold)
@@ -135,16 +189,57 @@ outbox_admit(const char *name, int64 n)
 						 "the limit is tide.tide_outbox_config.inline_threshold.")));
 }
 
+/*
+ * Inserts `n` messages into the outbox, admitted by the fast path or else
+ * by the slow path (see the top of the file). `payload` is one jsonb, or a
+ * jsonb[] of n for a batch. For one message, SPI_tuptable holds its id.
+ */
+static void
+insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers)
+{
+	Oid			types[5] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID, INT8OID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	int			locking = IsolationUsesXactSnapshot() ? 1 : 0;
+	SPIPlanPtr	plan;
+
+	if (batch)
+		plan = locking ?
+			TidePlan(&insert_batch_plan[1], INSERT_BATCH_SQL " FOR KEY SHARE OF c", 5, types) :
+			TidePlan(&insert_batch_plan[0], INSERT_BATCH_SQL, 5, types);
+	else
+		plan = locking ?
+			TidePlan(&insert_one_plan[1], INSERT_ONE_SQL " FOR KEY SHARE OF c RETURNING id", 5, types) :
+			TidePlan(&insert_one_plan[0], INSERT_ONE_SQL " RETURNING id", 5, types);
+
+	args[0] = CStringGetTextDatum(name);
+	args[1] = payload;
+	args[2] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
+	if (headers == NULL)
+		nulls[2] = 'n';
+	args[3] = BoolGetDatum(false);
+	args[4] = Int64GetDatum(n);
+
+	for (int attempt = 0; attempt < 2; attempt++)
+	{
+		if (SPI_execute_plan(plan, args, nulls, false, 0) < 0)
+			elog(ERROR, "could not insert messages into outbox \"%s\"", name);
+		if (SPI_processed == (uint64) n)
+			return;
+		/* The slow path raises the error that applies, or admits. */
+		outbox_admit(name, n);
+		args[3] = BoolGetDatum(true);
+	}
+	elog(ERROR, "outbox \"%s\" was admitted but its messages were not inserted", name);
+}
+
 /* SQL: tide.outbox_publish(p_name, p_payload, p_headers) returns the new id */
 Datum
 tide_outbox_publish(PG_FUNCTION_ARGS)
 {
-	Oid			types[3] = {TEXTOID, JSONBOID, JSONBOID};
 	char	   *name;
 	Jsonb	   *payload;
 	Jsonb	   *headers;
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	bool		isnull;
 	int64		id;
 
@@ -160,19 +255,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	headers = headers_arg(fcinfo, 2);
 
 	SPI_connect();
-	outbox_admit(name, 1);
-
-	args[0] = CStringGetTextDatum(name);
-	args[1] = JsonbPGetDatum(payload);
-	args[2] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
-	if (headers == NULL)
-		nulls[2] = 'n';
-	if (SPI_execute_plan(TidePlan(&insert_one_plan,
-								  "INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)"
-								  " VALUES ($1, $2, $3) RETURNING id",
-								  3, types),
-						 args, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert a message into outbox \"%s\"", name);
+	insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
 	id = TideSpiInt64(1, &isnull);
 	SPI_finish();
 
@@ -187,15 +270,12 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 Datum
 tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 {
-	Oid			types[3] = {TEXTOID, JSONBARRAYOID, JSONBOID};
 	char	   *name;
 	ArrayType  *payloads;
 	Jsonb	   *headers;
 	Datum	   *elems;
 	bool	   *elem_nulls;
 	int			count;
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
@@ -233,23 +313,10 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	}
 
 	SPI_connect();
-	outbox_admit(name, count);
 	if (count > 0)
-	{
-		args[0] = CStringGetTextDatum(name);
-		args[1] = PointerGetDatum(payloads);
-		args[2] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
-		if (headers == NULL)
-			nulls[2] = 'n';
-		if (SPI_execute_plan(TidePlan(&insert_batch_plan,
-									  "INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)"
-									  " SELECT $1, p.payload, $3"
-									  "   FROM unnest($2) WITH ORDINALITY AS p (payload, n)"
-									  "  ORDER BY p.n",
-									  3, types),
-							 args, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not insert messages into outbox \"%s\"", name);
-	}
+		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
+	else
+		outbox_admit(name, 0);	/* publishes nothing, but checks the outbox */
 	SPI_finish();
 
 	PG_RETURN_INT64(count);
