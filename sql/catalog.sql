@@ -34,3 +34,14 @@ SELECT p.proname
    AND p.proname !~ '^_'
    AND obj_description(p.oid, 'pg_proc') IS NULL
  ORDER BY 1;
+
+-- DROP and CREATE EXTENSION in one session: publishing works again (cached
+-- plans and the cached sequence follow the new objects).
+SELECT tide.outbox_create('reinstall');
+SELECT tide.outbox_publish('reinstall', '{}') > 0 AS published;
+DROP EXTENSION pg_tide;
+CREATE EXTENSION pg_tide;
+SELECT tide.outbox_create('reinstall');
+SELECT tide.outbox_publish('reinstall', '{}') AS first_id_again;
+SELECT tide._safe_horizon() AS horizon;
+SELECT tide.outbox_drop('reinstall');

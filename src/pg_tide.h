@@ -28,7 +28,6 @@ extern void TrackerShmemInit(void *place, bool found);
 extern void TrackerRegisterXactCallback(void);
 extern int64 TrackerSafeHorizon(void);
 extern int64 TrackerSequenceLastValue(void);
-extern Oid	TrackerSequenceOid(void);
 
 /* wake.c: wake on commit */
 extern Size WakeShmemSize(void);

@@ -39,6 +39,7 @@
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
@@ -63,6 +64,10 @@ static TrackerShared *tracker = NULL;
 
 /* Whether the current transaction holds this backend's slot. */
 static bool published_in_xact = false;
+
+/* The message id sequence, cached per backend (see sequence_oid()). */
+static Oid	cached_sequence = InvalidOid;
+static bool sequence_callback_registered = false;
 
 /* Whether this backend has installed its exit hook. */
 static bool exit_hook_installed = false;
@@ -118,19 +123,40 @@ clear_slot(void)
 	published_in_xact = false;
 }
 
-/* The OID of the message id sequence of the installed extension. */
-Oid
-TrackerSequenceOid(void)
+/* Forgets the cached sequence OID when the sequence may have changed. */
+static void
+forget_sequence(Datum arg, Oid relid)
 {
-	Oid			nsp = get_namespace_oid("tide", false);
-	Oid			seq = get_relname_relid("tide_outbox_messages_id_seq", nsp);
+	if (relid == InvalidOid || relid == cached_sequence)
+		cached_sequence = InvalidOid;
+}
 
-	if (!OidIsValid(seq))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("sequence \"tide.tide_outbox_messages_id_seq\" does not exist"),
-				 errhint("Reinstall the extension with DROP EXTENSION pg_tide; CREATE EXTENSION pg_tide.")));
-	return seq;
+/*
+ * The OID of the message id sequence of the installed extension, looked up
+ * once per backend (every publish and every poll needs it); a relcache
+ * invalidation, such as the one DROP EXTENSION sends, clears it.
+ */
+static Oid
+sequence_oid(void)
+{
+	if (!OidIsValid(cached_sequence))
+	{
+		Oid			nsp = get_namespace_oid("tide", false);
+		Oid			seq = get_relname_relid("tide_outbox_messages_id_seq", nsp);
+
+		if (!OidIsValid(seq))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("sequence \"tide.tide_outbox_messages_id_seq\" does not exist"),
+					 errhint("Reinstall the extension with DROP EXTENSION pg_tide; CREATE EXTENSION pg_tide.")));
+		if (!sequence_callback_registered)
+		{
+			CacheRegisterRelcacheCallback(forget_sequence, (Datum) 0);
+			sequence_callback_registered = true;
+		}
+		cached_sequence = seq;
+	}
+	return cached_sequence;
 }
 
 /* The sequence's last value, 0 before its first nextval. */
@@ -151,7 +177,7 @@ sequence_last_value(Oid seq)
 int64
 TrackerSequenceLastValue(void)
 {
-	return sequence_last_value(TrackerSequenceOid());
+	return sequence_last_value(sequence_oid());
 }
 
 /*
@@ -164,7 +190,7 @@ tide_next_message_id(PG_FUNCTION_ARGS)
 	Oid			seq;
 
 	TideRequirePreload();
-	seq = TrackerSequenceOid();
+	seq = sequence_oid();
 
 	if (!published_in_xact)
 	{
@@ -188,7 +214,11 @@ tide_next_message_id(PG_FUNCTION_ARGS)
 		pg_memory_barrier();
 	}
 
-	PG_RETURN_INT64(nextval_internal(seq, true));
+	/*
+	 * Like an identity column, the right to insert a message carries the
+	 * right to take its id: no separate sequence privilege is checked.
+	 */
+	PG_RETURN_INT64(nextval_internal(seq, false));
 }
 
 /* Phase 2: the highest id a reader in this database may read up to. */
