@@ -6,7 +6,9 @@ OBJS = \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
-	src/consumer.o
+	src/consumer.o \
+	relay/launcher.o \
+	relay/worker.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

@@ -21,4 +21,15 @@
 #define TideMyProcIndex() (MyProc->pgprocno)
 #endif
 
+/* Whether the current user owns a database (or is a superuser). */
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#if PG_VERSION_NUM >= 160000
+#define TideDatabaseOwnerCheck(dboid) \
+	object_ownercheck(DatabaseRelationId, (dboid), GetUserId())
+#else
+#define TideDatabaseOwnerCheck(dboid) pg_database_ownercheck((dboid), GetUserId())
+#endif
+
 #endif							/* TIDE_COMPAT_H */

@@ -2,8 +2,9 @@
  * pg_tide.c
  *		Library entry point: preload check, shared memory, shared helpers.
  *
- * pg_tide keeps its publish tracker and wake-up state in shared memory, so
- * it must be listed in shared_preload_libraries. Loaded any other way (for
+ * pg_tide keeps its publish tracker, wake-up state and relay worker slots in
+ * shared memory, and registers the relay launcher (relay/launcher.c), so it
+ * must be listed in shared_preload_libraries. Loaded any other way (for
  * example by CREATE EXTENSION in a server that did not preload it) the
  * library still loads, so the extension can be created and dropped, but
  * every function that needs shared memory refuses to run.
@@ -18,6 +19,7 @@
 #include "utils/guc.h"
 
 #include "pg_tide.h"
+#include "relay.h"
 
 PG_MODULE_MAGIC;
 
@@ -34,7 +36,8 @@ void		_PG_init(void);
 static Size
 tide_shmem_size(void)
 {
-	return add_size(MAXALIGN(TrackerShmemSize()), MAXALIGN(WakeShmemSize()));
+	return add_size(add_size(MAXALIGN(TrackerShmemSize()), MAXALIGN(WakeShmemSize())),
+					MAXALIGN(RelayShmemSize()));
 }
 
 /* Asks the postmaster for pg_tide's shared memory. */
@@ -60,6 +63,7 @@ tide_shmem_startup(void)
 	base = ShmemInitStruct("pg_tide", tide_shmem_size(), &found);
 	TrackerShmemInit(base, found);
 	WakeShmemInit(base + MAXALIGN(TrackerShmemSize()), found);
+	RelayShmemInit(base + MAXALIGN(TrackerShmemSize()) + MAXALIGN(WakeShmemSize()), found);
 	LWLockRelease(AddinShmemInitLock);
 	shared_ready = true;
 }
@@ -81,6 +85,7 @@ _PG_init(void)
 							1000, 10, 3600 * 1000,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	RelayDefineGucs();
 	MarkGUCPrefixReserved("pg_tide");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -89,6 +94,8 @@ _PG_init(void)
 	shmem_startup_hook = tide_shmem_startup;
 
 	TrackerRegisterXactCallback();
+	RelayInstallHooks();
+	RelayRegisterLauncher();
 }
 
 /* Refuses, with a hint, when the library was not preloaded. */

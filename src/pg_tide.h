@@ -34,5 +34,6 @@ extern Size WakeShmemSize(void);
 extern void WakeShmemInit(void *place, bool found);
 extern void WakeDatabase(Oid dboid);
 extern ConditionVariable *WakeConditionVariable(Oid dboid);
+extern uint64 WakeCommitCount(Oid dboid);
 
 #endif							/* PG_TIDE_H */

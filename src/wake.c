@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "port/atomics.h"
 #include "storage/condition_variable.h"
 
 #include "pg_tide.h"
@@ -20,6 +21,7 @@
 typedef struct WakeShared
 {
 	ConditionVariable cv[WAKE_SLOTS];
+	pg_atomic_uint64 commits[WAKE_SLOTS];	/* broadcasts so far, per variable */
 } WakeShared;
 
 static WakeShared *wake = NULL;
@@ -39,7 +41,10 @@ WakeShmemInit(void *place, bool found)
 	if (found)
 		return;
 	for (int i = 0; i < WAKE_SLOTS; i++)
+	{
 		ConditionVariableInit(&wake->cv[i]);
+		pg_atomic_init_u64(&wake->commits[i], 0);
+	}
 }
 
 /* The condition variable that publishing commits in a database signal. */
@@ -54,5 +59,20 @@ void
 WakeDatabase(Oid dboid)
 {
 	if (wake != NULL)
+	{
+		pg_atomic_fetch_add_u64(&wake->commits[dboid % WAKE_SLOTS], 1);
 		ConditionVariableBroadcast(WakeConditionVariable(dboid));
+	}
+}
+
+/*
+ * How many publishing commits have broadcast a database's variable so far;
+ * a waiter that compares it before and after a sleep tells a commit from
+ * any other reason to wake (a commit in a database sharing the variable
+ * still counts).
+ */
+uint64
+WakeCommitCount(Oid dboid)
+{
+	return wake != NULL ? pg_atomic_read_u64(&wake->commits[dboid % WAKE_SLOTS]) : 0;
 }

@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 tide_install_packages
 tide_build_install
-TIDE_EXTRA_CONF=$'fsync = off\nmax_prepared_transactions = 10' tide_start_cluster
+TIDE_EXTRA_CONF=$'fsync = off\nmax_prepared_transactions = 10\npg_tide.relay_enabled = off' tide_start_cluster
 
 # The tests run as postgres (TAP tests run initdb, which refuses root) from
 # a copy of the tree that postgres owns.

@@ -1,0 +1,866 @@
+/*
+ * launcher.c
+ *		The relay launcher: one background worker, connected to no database,
+ *		that keeps one relay worker running per database where pg_tide is
+ *		installed. Also the pieces ordinary backends use to talk to it.
+ *
+ * The launcher works in passes, every few seconds and whenever its latch is
+ * set (a worker started or ended, CREATE EXTENSION, a paused database):
+ *
+ * 1. Reap: free the slot of every worker that has ended and remember why.
+ *	  A worker that found no pg_tide marks its database "without pg_tide",
+ *	  unless CREATE EXTENSION asked for a new look after it was started.
+ * 2. Requests: take the recheck requests that CREATE EXTENSION left in
+ *	  shared memory (sent at commit, so the new worker sees the extension).
+ * 3. Scan pg_database (a shared catalog, readable without a database) and
+ *	  forget the databases that are gone.
+ * 4. Start a worker for every connectable, non-template database that has
+ *	  none, is not known to lack pg_tide, is not paused and did not just
+ *	  fail, up to pg_tide.max_relay_workers.
+ *
+ * Workers end on their own: SIGTERM, pg_tide.relay_enabled = off, DROP
+ * EXTENSION, or a pause. A pause is how DROP DATABASE, ALTER DATABASE ...
+ * RENAME / SET TABLESPACE and CREATE DATABASE ... TEMPLATE get their
+ * database to themselves: PostgreSQL does not terminate background workers
+ * for those commands, so a ProcessUtility hook (every backend has it, the
+ * library is preloaded) pauses the database, terminates its worker, and
+ * waits, bounded, until it has gone before it lets the command run.
+ */
+#include "postgres.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "pg_tide.h"
+#include "relay.h"
+
+bool		RelayEnabled = true;
+int			RelayNaptimeMs = 1000;
+int			RelayMaxWorkers = 8;
+
+RelayShared *Relay = NULL;
+
+/* What the launcher knows about one database (launcher-local). */
+typedef struct LauncherDb
+{
+	Oid			dboid;			/* hash key */
+	bool		seen;			/* found by the current scan */
+	bool		no_extension;	/* a worker found no pg_tide; wait for a recheck */
+	TimestampTz last_recheck;	/* newest recheck request taken */
+	TimestampTz backoff_until;	/* a worker failed: do not restart before */
+} LauncherDb;
+
+/* Launcher-local: the databases and the handle of the worker in each slot. */
+static HTAB *launcher_dbs = NULL;
+static BackgroundWorkerHandle **launcher_handles = NULL;
+static bool launcher_out_of_workers = false;
+
+/* Backend-local: CREATE EXTENSION in this transaction asked for a recheck. */
+static bool recheck_pending = false;
+static bool xact_callback_registered = false;
+
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
+
+PG_FUNCTION_INFO_V1(tide_relay_notify_launcher);
+PG_FUNCTION_INFO_V1(tide_relay_workers);
+
+/* ------------------------------------------------------------------------
+ * Settings and shared memory
+ * ------------------------------------------------------------------------
+ */
+
+/* Defines the relay's settings; called from _PG_init when preloaded. */
+void
+RelayDefineGucs(void)
+{
+	DefineCustomBoolVariable("pg_tide.relay_enabled",
+							 "Whether the relay workers run.",
+							 "Off stops every relay worker without a restart; on starts them again.",
+							 &RelayEnabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_tide.relay_naptime_ms",
+							"How long a relay worker sleeps when no commit wakes it.",
+							"A publishing commit wakes its database's worker at once; this "
+							"is only the fallback look.",
+							&RelayNaptimeMs,
+							1000, 10, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_tide.max_relay_workers",
+							"Most relay workers that run at the same time.",
+							"One worker serves one database; each also takes one of "
+							"max_worker_processes.",
+							&RelayMaxWorkers,
+							8, 0, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+}
+
+/* Shared memory for the launcher and one slot per relay worker. */
+Size
+RelayShmemSize(void)
+{
+	return add_size(offsetof(RelayShared, slots),
+					mul_size(RelayMaxWorkers, sizeof(RelayWorkerSlot)));
+}
+
+/* Lays out the relay's shared memory on first attach. */
+void
+RelayShmemInit(void *place, bool found)
+{
+	Relay = (RelayShared *) place;
+	if (found)
+		return;
+	memset(Relay, 0, RelayShmemSize());
+	SpinLockInit(&Relay->mutex);
+	Relay->nslots = RelayMaxWorkers;
+	for (int i = 0; i < Relay->nslots; i++)
+	{
+		pg_atomic_init_u64(&Relay->slots[i].passes, 0);
+		pg_atomic_init_u64(&Relay->slots[i].wakeups, 0);
+	}
+}
+
+/* Registers the launcher with the postmaster; called from _PG_init. */
+void
+RelayRegisterLauncher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	strlcpy(worker.bgw_library_name, "pg_tide", sizeof(worker.bgw_library_name));
+	strlcpy(worker.bgw_function_name, "RelayLauncherMain", sizeof(worker.bgw_function_name));
+	strlcpy(worker.bgw_name, "pg_tide launcher", sizeof(worker.bgw_name));
+	strlcpy(worker.bgw_type, "pg_tide launcher", sizeof(worker.bgw_type));
+	RegisterBackgroundWorker(&worker);
+}
+
+/* The request entry of a database, or NULL; caller holds the mutex. */
+static RelayDbRequest *
+find_request(Oid dboid, bool create, TimestampTz now)
+{
+	RelayDbRequest *free_entry = NULL;
+	RelayDbRequest *oldest = NULL;
+
+	for (int i = 0; i < RELAY_MAX_DB_REQUESTS; i++)
+	{
+		RelayDbRequest *r = &Relay->requests[i];
+
+		if (r->dboid == dboid)
+			return r;
+		if (r->dboid == InvalidOid ||
+			(r->paused_until <= now && r->recheck_at == 0))
+		{
+			if (free_entry == NULL)
+				free_entry = r;
+		}
+		else if (r->recheck_at == 0 &&
+				 (oldest == NULL || r->paused_until < oldest->paused_until))
+			oldest = r;
+	}
+	if (!create)
+		return NULL;
+	/* Full: a pause that ends soonest gives way (a recheck never does). */
+	if (free_entry == NULL)
+		free_entry = oldest;
+	if (free_entry != NULL)
+	{
+		free_entry->dboid = dboid;
+		free_entry->paused_until = 0;
+		free_entry->recheck_at = 0;
+	}
+	return free_entry;
+}
+
+/* Whether a database's worker must stay stopped for now. */
+bool
+RelayDatabasePaused(Oid dboid, TimestampTz now)
+{
+	bool		paused = false;
+
+	if (Relay == NULL)
+		return false;
+	SpinLockAcquire(&Relay->mutex);
+	for (int i = 0; i < RELAY_MAX_DB_REQUESTS; i++)
+	{
+		if (Relay->requests[i].dboid == dboid)
+		{
+			paused = Relay->requests[i].paused_until > now;
+			break;
+		}
+	}
+	SpinLockRelease(&Relay->mutex);
+	return paused;
+}
+
+/* Sets the launcher's latch, if there is a launcher. */
+static void
+wake_launcher(void)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&Relay->mutex);
+	latch = Relay->launcher_latch;
+	SpinLockRelease(&Relay->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/* ------------------------------------------------------------------------
+ * The launcher
+ * ------------------------------------------------------------------------
+ */
+
+/* The launcher's entry for a database, created when missing. */
+static LauncherDb *
+launcher_db(Oid dboid)
+{
+	bool		found;
+	LauncherDb *db = hash_search(launcher_dbs, &dboid, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		db->no_extension = false;
+		db->last_recheck = 0;
+		db->backoff_until = 0;
+		db->seen = false;
+	}
+	return db;
+}
+
+/* Tells the shared memory that there is no launcher any more. */
+static void
+launcher_exit(int code, Datum arg)
+{
+	SpinLockAcquire(&Relay->mutex);
+	Relay->launcher_pid = 0;
+	Relay->launcher_latch = NULL;
+	SpinLockRelease(&Relay->mutex);
+}
+
+/* Pass phase 1: frees the slots of workers that have ended. */
+static void
+launcher_reap(TimestampTz now)
+{
+	for (int i = 0; i < Relay->nslots; i++)
+	{
+		RelayWorkerSlot *slot = &Relay->slots[i];
+		bool		in_use;
+		bool		exited;
+		bool		gone = false;
+		Oid			dboid;
+		pid_t		pid;
+		TimestampTz registered_at;
+		RelayExitReason reason;
+
+		SpinLockAcquire(&Relay->mutex);
+		in_use = slot->in_use;
+		exited = slot->exited;
+		dboid = slot->dboid;
+		pid = slot->pid;
+		registered_at = slot->registered_at;
+		reason = slot->exit_reason;
+		SpinLockRelease(&Relay->mutex);
+
+		if (!in_use)
+			continue;
+		if (!exited)
+		{
+			if (launcher_handles[i] != NULL)
+			{
+				pid_t		handle_pid;
+
+				/* Stopped without having run: it never reached its exit hook. */
+				gone = GetBackgroundWorkerPid(launcher_handles[i], &handle_pid) == BGWH_STOPPED;
+			}
+			else
+			{
+				/* Left by an earlier launcher: trust it unless it never started. */
+				gone = pid == 0 && TimestampDifferenceExceeds(registered_at, now, 60 * 1000);
+			}
+			if (!gone)
+				continue;
+			reason = RELAY_EXIT_STOPPED;
+		}
+
+		if (reason == RELAY_EXIT_NO_EXTENSION)
+		{
+			LauncherDb *db = launcher_db(dboid);
+
+			/* A recheck asked after this worker started wins. */
+			if (registered_at >= db->last_recheck)
+				db->no_extension = true;
+		}
+		else if (reason == RELAY_EXIT_ERROR)
+			launcher_db(dboid)->backoff_until =
+				TimestampTzPlusMilliseconds(now, RELAY_ERROR_BACKOFF_MS);
+
+		SpinLockAcquire(&Relay->mutex);
+		slot->in_use = false;
+		slot->exited = false;
+		slot->pid = 0;
+		slot->dboid = InvalidOid;
+		SpinLockRelease(&Relay->mutex);
+		if (launcher_handles[i] != NULL)
+		{
+			pfree(launcher_handles[i]);
+			launcher_handles[i] = NULL;
+		}
+	}
+}
+
+/* Pass phase 2: takes the recheck requests of CREATE EXTENSION. */
+static void
+launcher_take_requests(TimestampTz now)
+{
+	Oid			rechecks[RELAY_MAX_DB_REQUESTS];
+	TimestampTz recheck_times[RELAY_MAX_DB_REQUESTS];
+	int			nrechecks = 0;
+	TimestampTz recheck_all;
+
+	SpinLockAcquire(&Relay->mutex);
+	recheck_all = Relay->recheck_all_at;
+	Relay->recheck_all_at = 0;
+	for (int i = 0; i < RELAY_MAX_DB_REQUESTS; i++)
+	{
+		RelayDbRequest *r = &Relay->requests[i];
+
+		if (r->dboid == InvalidOid)
+			continue;
+		if (r->recheck_at != 0)
+		{
+			rechecks[nrechecks] = r->dboid;
+			recheck_times[nrechecks++] = r->recheck_at;
+			r->recheck_at = 0;
+		}
+		if (r->paused_until <= now)
+			r->dboid = InvalidOid;
+	}
+	SpinLockRelease(&Relay->mutex);
+
+	for (int i = 0; i < nrechecks; i++)
+	{
+		LauncherDb *db = launcher_db(rechecks[i]);
+
+		db->no_extension = false;
+		db->last_recheck = Max(db->last_recheck, recheck_times[i]);
+	}
+	if (recheck_all != 0)
+	{
+		HASH_SEQ_STATUS status;
+		LauncherDb *db;
+
+		hash_seq_init(&status, launcher_dbs);
+		while ((db = hash_seq_search(&status)) != NULL)
+		{
+			db->no_extension = false;
+			db->last_recheck = Max(db->last_recheck, recheck_all);
+		}
+	}
+}
+
+/* Pass phase 3: the connectable, non-template databases, from pg_database. */
+static List *
+launcher_scan_databases(MemoryContext cxt)
+{
+	List	   *dboids = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database form = (Form_pg_database) GETSTRUCT(tup);
+		MemoryContext old;
+
+		if (form->datistemplate || !form->datallowconn ||
+			database_is_invalid_form(form))
+			continue;
+		old = MemoryContextSwitchTo(cxt);
+		dboids = lappend_oid(dboids, form->oid);
+		MemoryContextSwitchTo(old);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	return dboids;
+}
+
+/* Whether a slot holds a worker of the database that has not ended. */
+static bool
+launcher_has_worker(Oid dboid)
+{
+	bool		has = false;
+
+	SpinLockAcquire(&Relay->mutex);
+	for (int i = 0; i < Relay->nslots; i++)
+		if (Relay->slots[i].in_use && Relay->slots[i].dboid == dboid)
+			has = true;
+	SpinLockRelease(&Relay->mutex);
+	return has;
+}
+
+/* Starts a relay worker for a database; false when no slot or worker is free. */
+static bool
+launcher_start_worker(Oid dboid, TimestampTz now)
+{
+	BackgroundWorker worker;
+	RelayWorkerSlot *slot = NULL;
+	int			slotno = -1;
+	uint32		generation = 0;
+	bool		paused = false;
+	bool		registered;
+	MemoryContext old_cxt;
+
+	SpinLockAcquire(&Relay->mutex);
+	for (int i = 0; i < Relay->nslots; i++)
+	{
+		if (!Relay->slots[i].in_use)
+		{
+			slotno = i;
+			break;
+		}
+	}
+	/* Checked under the mutex, so a pause set now is seen by the worker. */
+	for (int i = 0; i < RELAY_MAX_DB_REQUESTS; i++)
+		if (Relay->requests[i].dboid == dboid && Relay->requests[i].paused_until > now)
+			paused = true;
+	if (slotno >= 0 && !paused)
+	{
+		slot = &Relay->slots[slotno];
+		slot->in_use = true;
+		slot->exited = false;
+		slot->dboid = dboid;
+		slot->generation = generation = ++Relay->next_generation;
+		slot->pid = 0;
+		slot->registered_at = now;
+		slot->started_at = 0;
+		slot->exit_reason = RELAY_EXIT_STOPPED;
+		pg_atomic_write_u64(&slot->passes, 0);
+		pg_atomic_write_u64(&slot->wakeups, 0);
+	}
+	SpinLockRelease(&Relay->mutex);
+	if (paused)
+		return true;
+	if (slot == NULL)
+		return false;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "pg_tide", sizeof(worker.bgw_library_name));
+	strlcpy(worker.bgw_function_name, "RelayWorkerMain", sizeof(worker.bgw_function_name));
+	snprintf(worker.bgw_name, sizeof(worker.bgw_name),
+			 "pg_tide relay worker for database %u", dboid);
+	strlcpy(worker.bgw_type, "pg_tide relay worker", sizeof(worker.bgw_type));
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(worker.bgw_extra, &generation, sizeof(generation));
+	worker.bgw_notify_pid = MyProcPid;
+
+	/* The handle outlives the pass: keep it out of the pass context. */
+	old_cxt = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &launcher_handles[slotno]);
+	MemoryContextSwitchTo(old_cxt);
+	if (!registered)
+	{
+		SpinLockAcquire(&Relay->mutex);
+		slot->in_use = false;
+		slot->dboid = InvalidOid;
+		SpinLockRelease(&Relay->mutex);
+		launcher_handles[slotno] = NULL;
+		if (!launcher_out_of_workers)
+			ereport(LOG,
+					(errmsg("pg_tide launcher could not start a relay worker: out of background worker slots"),
+					 errhint("Raise max_worker_processes; each database with pg_tide needs one relay worker.")));
+		launcher_out_of_workers = true;
+		return false;
+	}
+	launcher_out_of_workers = false;
+	return true;
+}
+
+/* One pass of the launcher (see the file header). */
+static void
+launcher_pass(MemoryContext cxt)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	List	   *dboids;
+	ListCell   *lc;
+	HASH_SEQ_STATUS status;
+	LauncherDb *db;
+
+	launcher_reap(now);
+	launcher_take_requests(now);
+
+	dboids = launcher_scan_databases(cxt);
+	hash_seq_init(&status, launcher_dbs);
+	while ((db = hash_seq_search(&status)) != NULL)
+		db->seen = false;
+	foreach(lc, dboids)
+		launcher_db(lfirst_oid(lc))->seen = true;
+	hash_seq_init(&status, launcher_dbs);
+	while ((db = hash_seq_search(&status)) != NULL)
+		if (!db->seen && !launcher_has_worker(db->dboid))
+			hash_search(launcher_dbs, &db->dboid, HASH_REMOVE, NULL);
+
+	if (!RelayEnabled)
+		return;
+	foreach(lc, dboids)
+	{
+		Oid			dboid = lfirst_oid(lc);
+
+		db = launcher_db(dboid);
+		if (db->no_extension || db->backoff_until > now || launcher_has_worker(dboid))
+			continue;
+		if (!launcher_start_worker(dboid, now))
+			break;
+	}
+}
+
+/* Entry point of the launcher. */
+void
+RelayLauncherMain(Datum main_arg)
+{
+	HASHCTL		ctl;
+	MemoryContext pass_cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* No database: pg_database is a shared catalog. */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	SpinLockAcquire(&Relay->mutex);
+	Relay->launcher_pid = MyProcPid;
+	Relay->launcher_latch = MyLatch;
+	SpinLockRelease(&Relay->mutex);
+	on_shmem_exit(launcher_exit, (Datum) 0);
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(LauncherDb);
+	launcher_dbs = hash_create("pg_tide launcher databases", 64, &ctl,
+							   HASH_ELEM | HASH_BLOBS);
+	launcher_handles = MemoryContextAllocZero(TopMemoryContext,
+											  sizeof(BackgroundWorkerHandle *) * Max(Relay->nslots, 1));
+	pass_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide launcher pass",
+									 ALLOCSET_DEFAULT_SIZES);
+
+	ereport(LOG, (errmsg("pg_tide launcher started")));
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextSwitchTo(pass_cxt);
+		pgstat_report_activity(STATE_RUNNING, "pg_tide launcher: scanning databases");
+		launcher_pass(pass_cxt);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(pass_cxt);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 RELAY_LAUNCHER_NAP_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Called from ordinary backends
+ * ------------------------------------------------------------------------
+ */
+
+/* Asks the launcher to look at a database again, soon. */
+static void
+request_recheck(Oid dboid)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	RelayDbRequest *r;
+
+	SpinLockAcquire(&Relay->mutex);
+	r = find_request(dboid, true, now);
+	if (r != NULL)
+		r->recheck_at = now;
+	else
+		Relay->recheck_all_at = now;
+	SpinLockRelease(&Relay->mutex);
+	wake_launcher();
+}
+
+/*
+ * Sends the recheck of CREATE EXTENSION at commit, when a new worker can
+ * see the extension; an aborted CREATE EXTENSION sends nothing.
+ */
+static void
+relay_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			if (recheck_pending)
+			{
+				recheck_pending = false;
+				request_recheck(MyDatabaseId);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			recheck_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * tide._relay_notify_launcher(): called by the install script, so that the
+ * new extension gets its relay worker within a second. Does nothing when
+ * pg_tide is not preloaded (there is no relay then).
+ */
+Datum
+tide_relay_notify_launcher(PG_FUNCTION_ARGS)
+{
+	if (!TidePreloaded || Relay == NULL)
+		PG_RETURN_VOID();
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(relay_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	recheck_pending = true;
+	PG_RETURN_VOID();
+}
+
+/*
+ * Stops a database's relay worker and keeps it stopped for a while, then
+ * waits (bounded) until it has gone. If it has not gone in time, the
+ * command that asked fails as it would have without pg_tide.
+ */
+static void
+stop_database_worker(Oid dboid)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz deadline = TimestampTzPlusMilliseconds(now, RELAY_STOP_WAIT_MS);
+	RelayDbRequest *r;
+
+	SpinLockAcquire(&Relay->mutex);
+	r = find_request(dboid, true, now);
+	if (r != NULL)
+		r->paused_until = TimestampTzPlusMilliseconds(now, RELAY_PAUSE_MS);
+	SpinLockRelease(&Relay->mutex);
+
+	for (;;)
+	{
+		pid_t		pids[64];
+		int			npids = 0;
+		bool		live = false;
+
+		SpinLockAcquire(&Relay->mutex);
+		for (int i = 0; i < Relay->nslots; i++)
+		{
+			RelayWorkerSlot *slot = &Relay->slots[i];
+
+			if (slot->in_use && !slot->exited && slot->dboid == dboid)
+			{
+				live = true;
+				if (slot->pid != 0 && npids < (int) lengthof(pids))
+					pids[npids++] = slot->pid;
+			}
+		}
+		SpinLockRelease(&Relay->mutex);
+
+		if (!live || GetCurrentTimestamp() >= deadline)
+			break;
+		/* A worker not yet started sees the pause itself and leaves. */
+		for (int i = 0; i < npids; i++)
+			(void) kill(pids[i], SIGTERM);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	wake_launcher();
+}
+
+/* The database a utility statement needs to itself, or InvalidOid. */
+static Oid
+database_needed_alone(Node *parsetree)
+{
+	ListCell   *lc;
+
+	switch (nodeTag(parsetree))
+	{
+		case T_DropdbStmt:
+			return get_database_oid(((DropdbStmt *) parsetree)->dbname, true);
+		case T_RenameStmt:
+			{
+				RenameStmt *stmt = (RenameStmt *) parsetree;
+
+				if (stmt->renameType == OBJECT_DATABASE && stmt->subname != NULL)
+					return get_database_oid(stmt->subname, true);
+				break;
+			}
+		case T_AlterDatabaseStmt:
+			{
+				AlterDatabaseStmt *stmt = (AlterDatabaseStmt *) parsetree;
+
+				foreach(lc, stmt->options)
+				{
+					DefElem    *def = lfirst_node(DefElem, lc);
+
+					if (strcmp(def->defname, "tablespace") == 0)
+						return get_database_oid(stmt->dbname, true);
+				}
+				break;
+			}
+		case T_CreatedbStmt:
+			{
+				CreatedbStmt *stmt = (CreatedbStmt *) parsetree;
+
+				foreach(lc, stmt->options)
+				{
+					DefElem    *def = lfirst_node(DefElem, lc);
+
+					if (strcmp(def->defname, "template") == 0 && def->arg != NULL)
+						return get_database_oid(defGetString(def), true);
+				}
+				break;
+			}
+		default:
+			break;
+	}
+	return InvalidOid;
+}
+
+/*
+ * ProcessUtility hook: gets the relay worker out of the way of the commands
+ * that need a database to themselves, then runs the command.
+ */
+static void
+relay_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	if (Relay != NULL && pstmt->utilityStmt != NULL)
+	{
+		Oid			dboid = database_needed_alone(pstmt->utilityStmt);
+
+		/*
+		 * Only for a caller who may run the command (it needs ownership of
+		 * the database, a template aside, and templates have no worker);
+		 * anyone else would only stop the relay, then fail.
+		 */
+		if (OidIsValid(dboid) && TideDatabaseOwnerCheck(dboid))
+			stop_database_worker(dboid);
+	}
+
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
+								  params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/* Installs the ProcessUtility hook; called from _PG_init when preloaded. */
+void
+RelayInstallHooks(void)
+{
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = relay_process_utility;
+}
+
+/*
+ * tide.relay_workers(): one row per running relay worker in the cluster,
+ * with its counters. A worker that is still looking whether its database
+ * has pg_tide (and leaves at once if not) is not shown.
+ */
+Datum
+tide_relay_workers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	TideRequirePreload();
+	InitMaterializedSRF(fcinfo, 0);
+
+	for (int i = 0; i < Relay->nslots; i++)
+	{
+		RelayWorkerSlot *slot = &Relay->slots[i];
+		Datum		values[5];
+		bool		nulls[5] = {false};
+		bool		running;
+		Oid			dboid;
+		pid_t		pid;
+		TimestampTz started_at;
+		char	   *datname;
+
+		SpinLockAcquire(&Relay->mutex);
+		running = slot->in_use && !slot->exited && slot->pid != 0 && slot->started_at != 0;
+		dboid = slot->dboid;
+		pid = slot->pid;
+		started_at = slot->started_at;
+		SpinLockRelease(&Relay->mutex);
+		/* A worker shows once a pass found pg_tide in its database. */
+		if (!running || pg_atomic_read_u64(&slot->passes) == 0)
+			continue;
+
+		datname = get_database_name(dboid);
+		if (datname != NULL)
+			values[0] = DirectFunctionCall1(namein, CStringGetDatum(datname));
+		else
+			nulls[0] = true;
+		values[1] = Int32GetDatum((int32) pid);
+		values[2] = TimestampTzGetDatum(started_at);
+		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->passes));
+		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->wakeups));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

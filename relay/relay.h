@@ -1,0 +1,93 @@
+/*
+ * relay.h
+ *		Declarations of the relay: the launcher, the per-database relay
+ *		workers and the shared memory they share with ordinary backends.
+ */
+#ifndef TIDE_RELAY_H
+#define TIDE_RELAY_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+
+/* How long a database's worker stays stopped after DROP/ALTER/CREATE DATABASE asked. */
+#define RELAY_PAUSE_MS			10000
+/* How long such a command waits for the worker to leave. */
+#define RELAY_STOP_WAIT_MS		5000
+/* How often the launcher looks at pg_database without being woken. */
+#define RELAY_LAUNCHER_NAP_MS	3000
+/* How long a database's worker is not restarted after it stopped on an error. */
+#define RELAY_ERROR_BACKOFF_MS	10000
+/* Databases with a pending pause or recheck request that shared memory remembers. */
+#define RELAY_MAX_DB_REQUESTS	64
+
+/* Why a worker ended, as it tells the launcher. */
+typedef enum RelayExitReason
+{
+	RELAY_EXIT_STOPPED = 0,		/* SIGTERM, pause, or the relay switched off */
+	RELAY_EXIT_NO_EXTENSION,	/* pg_tide is not installed in the database */
+	RELAY_EXIT_ERROR			/* a pass failed; restart after a back-off */
+} RelayExitReason;
+
+/*
+ * One relay worker. The launcher claims a slot (in_use, dboid, generation)
+ * before it registers the worker and frees it once the worker has ended;
+ * the worker fills in pid and started_at and, when it ends, exit_reason and
+ * exited. The counters are written only by the worker.
+ */
+typedef struct RelayWorkerSlot
+{
+	bool		in_use;
+	bool		exited;
+	Oid			dboid;
+	uint32		generation;
+	pid_t		pid;
+	TimestampTz registered_at;
+	TimestampTz started_at;
+	RelayExitReason exit_reason;
+	pg_atomic_uint64 passes;
+	pg_atomic_uint64 wakeups;
+} RelayWorkerSlot;
+
+/* A database whose worker must stay stopped for a while, or be looked at again. */
+typedef struct RelayDbRequest
+{
+	Oid			dboid;			/* InvalidOid: free entry */
+	TimestampTz paused_until;
+	TimestampTz recheck_at;		/* 0: no recheck asked */
+} RelayDbRequest;
+
+typedef struct RelayShared
+{
+	slock_t		mutex;			/* protects everything below but the counters */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	uint32		next_generation;
+	TimestampTz recheck_all_at; /* requests overflowed: look at every database */
+	RelayDbRequest requests[RELAY_MAX_DB_REQUESTS];
+	int			nslots;
+	RelayWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} RelayShared;
+
+/* GUCs */
+extern bool RelayEnabled;
+extern int	RelayNaptimeMs;
+extern int	RelayMaxWorkers;
+
+/* launcher.c */
+extern RelayShared *Relay;
+extern void RelayDefineGucs(void);
+extern Size RelayShmemSize(void);
+extern void RelayShmemInit(void *place, bool found);
+extern void RelayRegisterLauncher(void);
+extern void RelayInstallHooks(void);
+extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
+extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
+
+/* worker.c */
+extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
+
+#endif							/* TIDE_RELAY_H */

@@ -1,0 +1,243 @@
+/*
+ * worker.c
+ *		A relay worker: one per database where pg_tide is installed.
+ *
+ * The loop, each pass:
+ *
+ * 1. Prepare to sleep on the database's wake-up condition variable before
+ *	  looking, so a commit that happens while the pass runs is not missed.
+ * 2. Handle signals: SIGHUP reloads the configuration, SIGTERM (die) ends
+ *	  the worker at the next CHECK_FOR_INTERRUPTS.
+ * 3. Leave cleanly when the relay is switched off, when a command needs the
+ *	  database to itself (a pause, see launcher.c) or when pg_tide is no
+ *	  longer installed (DROP EXTENSION).
+ * 4. The pass itself, in one short transaction. It holds no lock and no
+ *	  transaction while it sleeps, so DROP EXTENSION never waits for it.
+ *	  Delivery to sinks is not there yet: this is where pipelines will be
+ *	  leased, delivered and recorded.
+ * 5. Sleep until a publishing commit broadcasts the condition variable or
+ *	  pg_tide.relay_naptime_ms passes, and count the sleeps a commit ended
+ *	  (wake.c counts the broadcasts, so other wake-ups are told apart).
+ *
+ * An ERROR in a pass is reported and ends the worker cleanly; the launcher
+ * starts it again after a back-off, so nothing crash-loops.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "pg_tide.h"
+#include "relay.h"
+
+/* Longest single sleep, so SIGHUP and pauses are noticed within it. */
+#define RELAY_SLEEP_SLICE_MS 250
+
+static RelayWorkerSlot *my_slot = NULL;
+static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
+
+/* Tells the launcher, through the slot, that this worker has ended and why. */
+static void
+worker_exit(int code, Datum arg)
+{
+	if (my_slot == NULL)
+		return;
+	SpinLockAcquire(&Relay->mutex);
+	my_slot->exit_reason = my_exit_reason;
+	my_slot->exited = true;
+	my_slot->pid = 0;
+	SpinLockRelease(&Relay->mutex);
+}
+
+/* Ends the worker cleanly, telling the launcher why. */
+static void
+worker_leave(RelayExitReason reason, const char *why)
+{
+	my_exit_reason = reason;
+	ereport(DEBUG1, (errmsg("pg_tide relay worker for database %u stops: %s",
+							MyDatabaseId, why)));
+	proc_exit(0);
+}
+
+/*
+ * One pass in its own short transaction; false when pg_tide is no longer
+ * installed in this database.
+ */
+static bool
+worker_pass(MemoryContext loop_cxt)
+{
+	bool		installed;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: looking for work");
+
+	installed = OidIsValid(get_extension_oid("pg_tide", true));
+
+	/*
+	 * Delivery is not implemented yet: no pipeline is leased or delivered
+	 * here. When it comes, each enabled pipeline is leased in a short
+	 * transaction like this one, delivered with no transaction open, and
+	 * recorded in a second short transaction.
+	 */
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	MemoryContextSwitchTo(loop_cxt);
+	return installed;
+}
+
+/*
+ * Sleeps until a publishing commit in this database wakes the worker or
+ * the naptime has passed; true when a commit woke it. `seen` is the commit
+ * count read before the pass looked: a commit since then ends the sleep at
+ * once, any other wake-up (a signal, a barrier) sleeps on. Sleeps in
+ * slices, so a reload (a new naptime, relay_enabled = off) or a pause is
+ * noticed soon even during a long naptime; the worker stays on the
+ * condition variable's wait list between slices, so no broadcast is missed.
+ */
+static bool
+worker_sleep(ConditionVariable *cv, uint64 seen)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	for (;;)
+	{
+		long		secs;
+		int			usecs;
+		long		elapsed_ms;
+		long		remaining;
+
+		TimestampDifference(start, GetCurrentTimestamp(), &secs, &usecs);
+		elapsed_ms = secs * 1000 + usecs / 1000;
+		remaining = RelayNaptimeMs - elapsed_ms;
+		if (remaining <= 0)
+			return false;
+		if (WakeCommitCount(MyDatabaseId) != seen)
+			return true;
+		(void) ConditionVariableTimedSleep(cv, Min(remaining, RELAY_SLEEP_SLICE_MS),
+										   PG_WAIT_EXTENSION);
+		if (WakeCommitCount(MyDatabaseId) != seen)
+			return true;
+		if (ConfigReloadPending || !RelayEnabled ||
+			RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
+			return false;
+	}
+}
+
+/* Entry point of a relay worker; main_arg is its slot number. */
+void
+RelayWorkerMain(Datum main_arg)
+{
+	int			slotno = DatumGetInt32(main_arg);
+	uint32		generation;
+	Oid			dboid = InvalidOid;
+	bool		mine = false;
+	MemoryContext loop_cxt;
+	ConditionVariable *cv;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
+	if (Relay == NULL || slotno < 0 || slotno >= Relay->nslots)
+		proc_exit(0);
+
+	/* The slot must still be the one the launcher claimed for this worker. */
+	SpinLockAcquire(&Relay->mutex);
+	if (Relay->slots[slotno].in_use && !Relay->slots[slotno].exited &&
+		Relay->slots[slotno].generation == generation)
+	{
+		my_slot = &Relay->slots[slotno];
+		my_slot->pid = MyProcPid;
+		dboid = my_slot->dboid;
+		mine = true;
+	}
+	SpinLockRelease(&Relay->mutex);
+	if (!mine)
+		proc_exit(0);
+	on_shmem_exit(worker_exit, (Datum) 0);
+
+	/* A command that wants the database alone may have asked already. */
+	if (RelayDatabasePaused(dboid, GetCurrentTimestamp()))
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	SpinLockAcquire(&Relay->mutex);
+	my_slot->started_at = GetCurrentTimestamp();
+	SpinLockRelease(&Relay->mutex);
+
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide relay worker loop",
+									 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(loop_cxt);
+	cv = WakeConditionVariable(MyDatabaseId);
+
+	for (;;)
+	{
+		bool		installed = false;
+		bool		failed = false;
+		uint64		seen;
+
+		/* Before looking, so a commit during the pass still wakes the sleep. */
+		ConditionVariablePrepareToSleep(cv);
+		seen = WakeCommitCount(MyDatabaseId);
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!RelayEnabled)
+			worker_leave(RELAY_EXIT_STOPPED, "pg_tide.relay_enabled is off");
+		if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
+			worker_leave(RELAY_EXIT_STOPPED, "a command needs the database to itself");
+
+		PG_TRY();
+		{
+			installed = worker_pass(loop_cxt);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(loop_cxt);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			failed = true;
+		}
+		PG_END_TRY();
+
+		if (failed)
+		{
+			ereport(LOG,
+					(errmsg("pg_tide relay worker for database %u stops after an error", MyDatabaseId),
+					 errdetail("The launcher starts it again in %d seconds.", RELAY_ERROR_BACKOFF_MS / 1000)));
+			worker_leave(RELAY_EXIT_ERROR, "error");
+		}
+		if (!installed)
+			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
+
+		pg_atomic_fetch_add_u64(&my_slot->passes, 1);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		MemoryContextReset(loop_cxt);
+
+		if (worker_sleep(cv, seen))
+			pg_atomic_fetch_add_u64(&my_slot->wakeups, 1);
+	}
+}
