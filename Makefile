@@ -7,6 +7,7 @@ OBJS = \
 	src/wake.o \
 	src/outbox.o \
 	src/consumer.o \
+	src/relay_control.o \
 	relay/launcher.o \
 	relay/worker.o
 

@@ -2,7 +2,8 @@
  * launcher.c
  *		The relay launcher: one background worker, connected to no database,
  *		that keeps one relay worker running per database where pg_tide is
- *		installed. Also the pieces ordinary backends use to talk to it.
+ *		installed, and the relay's shared memory and settings. What ordinary
+ *		backends do to talk to it is in src/relay_control.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -22,14 +23,12 @@
  * EXTENSION, or a pause. A pause is how DROP DATABASE, ALTER DATABASE ...
  * RENAME / SET TABLESPACE and CREATE DATABASE ... TEMPLATE get their
  * database to themselves: PostgreSQL does not terminate background workers
- * for those commands, so a ProcessUtility hook (every backend has it, the
- * library is preloaded) pauses the database, terminates its worker, and
- * waits, bounded, until it has gone before it lets the command run.
+ * for those commands, so a ProcessUtility hook (src/relay_control.c) pauses
+ * the database, terminates its worker, and waits, bounded, until it has
+ * gone before it lets the command run.
  */
 #include "postgres.h"
 
-#include <signal.h>
-#include <unistd.h>
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -37,20 +36,13 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
-#include "commands/dbcommands.h"
-#include "commands/defrem.h"
-#include "funcapi.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
 #include "tcop/tcopprot.h"
-#include "tcop/utility.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -82,14 +74,6 @@ static HTAB *launcher_dbs = NULL;
 static BackgroundWorkerHandle **launcher_handles = NULL;
 static bool launcher_out_of_workers = false;
 
-/* Backend-local: CREATE EXTENSION in this transaction asked for a recheck. */
-static bool recheck_pending = false;
-static bool xact_callback_registered = false;
-
-static ProcessUtility_hook_type prev_process_utility_hook = NULL;
-
-PG_FUNCTION_INFO_V1(tide_relay_notify_launcher);
-PG_FUNCTION_INFO_V1(tide_relay_workers);
 
 /* ------------------------------------------------------------------------
  * Settings and shared memory
@@ -167,9 +151,12 @@ RelayRegisterLauncher(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* The request entry of a database, or NULL; caller holds the mutex. */
-static RelayDbRequest *
-find_request(Oid dboid, bool create, TimestampTz now)
+/*
+ * The request entry of a database, or NULL; with `create`, a free entry is
+ * taken for it. Caller holds Relay->mutex.
+ */
+RelayDbRequest *
+RelayFindRequest(Oid dboid, bool create, TimestampTz now)
 {
 	RelayDbRequest *free_entry = NULL;
 	RelayDbRequest *oldest = NULL;
@@ -226,8 +213,8 @@ RelayDatabasePaused(Oid dboid, TimestampTz now)
 }
 
 /* Sets the launcher's latch, if there is a launcher. */
-static void
-wake_launcher(void)
+void
+RelayWakeLauncher(void)
 {
 	Latch	   *latch;
 
@@ -608,259 +595,4 @@ RelayLauncherMain(Datum main_arg)
 						 RELAY_LAUNCHER_NAP_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
-}
-
-/* ------------------------------------------------------------------------
- * Called from ordinary backends
- * ------------------------------------------------------------------------
- */
-
-/* Asks the launcher to look at a database again, soon. */
-static void
-request_recheck(Oid dboid)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	RelayDbRequest *r;
-
-	SpinLockAcquire(&Relay->mutex);
-	r = find_request(dboid, true, now);
-	if (r != NULL)
-		r->recheck_at = now;
-	else
-		Relay->recheck_all_at = now;
-	SpinLockRelease(&Relay->mutex);
-	wake_launcher();
-}
-
-/*
- * Sends the recheck of CREATE EXTENSION at commit, when a new worker can
- * see the extension; an aborted CREATE EXTENSION sends nothing.
- */
-static void
-relay_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-			if (recheck_pending)
-			{
-				recheck_pending = false;
-				request_recheck(MyDatabaseId);
-			}
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-			recheck_pending = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/*
- * tide._relay_notify_launcher(): called by the install script, so that the
- * new extension gets its relay worker within a second. Does nothing when
- * pg_tide is not preloaded (there is no relay then).
- */
-Datum
-tide_relay_notify_launcher(PG_FUNCTION_ARGS)
-{
-	if (!TidePreloaded || Relay == NULL)
-		PG_RETURN_VOID();
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(relay_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	recheck_pending = true;
-	PG_RETURN_VOID();
-}
-
-/*
- * Stops a database's relay worker and keeps it stopped for a while, then
- * waits (bounded) until it has gone. If it has not gone in time, the
- * command that asked fails as it would have without pg_tide.
- */
-static void
-stop_database_worker(Oid dboid)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz deadline = TimestampTzPlusMilliseconds(now, RELAY_STOP_WAIT_MS);
-	RelayDbRequest *r;
-
-	SpinLockAcquire(&Relay->mutex);
-	r = find_request(dboid, true, now);
-	if (r != NULL)
-		r->paused_until = TimestampTzPlusMilliseconds(now, RELAY_PAUSE_MS);
-	SpinLockRelease(&Relay->mutex);
-
-	for (;;)
-	{
-		pid_t		pids[64];
-		int			npids = 0;
-		bool		live = false;
-
-		SpinLockAcquire(&Relay->mutex);
-		for (int i = 0; i < Relay->nslots; i++)
-		{
-			RelayWorkerSlot *slot = &Relay->slots[i];
-
-			if (slot->in_use && !slot->exited && slot->dboid == dboid)
-			{
-				live = true;
-				if (slot->pid != 0 && npids < (int) lengthof(pids))
-					pids[npids++] = slot->pid;
-			}
-		}
-		SpinLockRelease(&Relay->mutex);
-
-		if (!live || GetCurrentTimestamp() >= deadline)
-			break;
-		/* A worker not yet started sees the pause itself and leaves. */
-		for (int i = 0; i < npids; i++)
-			(void) kill(pids[i], SIGTERM);
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	wake_launcher();
-}
-
-/* The database a utility statement needs to itself, or InvalidOid. */
-static Oid
-database_needed_alone(Node *parsetree)
-{
-	ListCell   *lc;
-
-	switch (nodeTag(parsetree))
-	{
-		case T_DropdbStmt:
-			return get_database_oid(((DropdbStmt *) parsetree)->dbname, true);
-		case T_RenameStmt:
-			{
-				RenameStmt *stmt = (RenameStmt *) parsetree;
-
-				if (stmt->renameType == OBJECT_DATABASE && stmt->subname != NULL)
-					return get_database_oid(stmt->subname, true);
-				break;
-			}
-		case T_AlterDatabaseStmt:
-			{
-				AlterDatabaseStmt *stmt = (AlterDatabaseStmt *) parsetree;
-
-				foreach(lc, stmt->options)
-				{
-					DefElem    *def = lfirst_node(DefElem, lc);
-
-					if (strcmp(def->defname, "tablespace") == 0)
-						return get_database_oid(stmt->dbname, true);
-				}
-				break;
-			}
-		case T_CreatedbStmt:
-			{
-				CreatedbStmt *stmt = (CreatedbStmt *) parsetree;
-
-				foreach(lc, stmt->options)
-				{
-					DefElem    *def = lfirst_node(DefElem, lc);
-
-					if (strcmp(def->defname, "template") == 0 && def->arg != NULL)
-						return get_database_oid(defGetString(def), true);
-				}
-				break;
-			}
-		default:
-			break;
-	}
-	return InvalidOid;
-}
-
-/*
- * ProcessUtility hook: gets the relay worker out of the way of the commands
- * that need a database to themselves, then runs the command.
- */
-static void
-relay_process_utility(PlannedStmt *pstmt, const char *queryString,
-					  bool readOnlyTree, ProcessUtilityContext context,
-					  ParamListInfo params, QueryEnvironment *queryEnv,
-					  DestReceiver *dest, QueryCompletion *qc)
-{
-	if (Relay != NULL && pstmt->utilityStmt != NULL)
-	{
-		Oid			dboid = database_needed_alone(pstmt->utilityStmt);
-
-		/*
-		 * Only for a caller who may run the command (it needs ownership of
-		 * the database, a template aside, and templates have no worker);
-		 * anyone else would only stop the relay, then fail.
-		 */
-		if (OidIsValid(dboid) && TideDatabaseOwnerCheck(dboid))
-			stop_database_worker(dboid);
-	}
-
-	if (prev_process_utility_hook)
-		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
-								  params, queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
-}
-
-/* Installs the ProcessUtility hook; called from _PG_init when preloaded. */
-void
-RelayInstallHooks(void)
-{
-	prev_process_utility_hook = ProcessUtility_hook;
-	ProcessUtility_hook = relay_process_utility;
-}
-
-/*
- * tide.relay_workers(): one row per running relay worker in the cluster,
- * with its counters. A worker that is still looking whether its database
- * has pg_tide (and leaves at once if not) is not shown.
- */
-Datum
-tide_relay_workers(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-
-	TideRequirePreload();
-	InitMaterializedSRF(fcinfo, 0);
-
-	for (int i = 0; i < Relay->nslots; i++)
-	{
-		RelayWorkerSlot *slot = &Relay->slots[i];
-		Datum		values[5];
-		bool		nulls[5] = {false};
-		bool		running;
-		Oid			dboid;
-		pid_t		pid;
-		TimestampTz started_at;
-		char	   *datname;
-
-		SpinLockAcquire(&Relay->mutex);
-		running = slot->in_use && !slot->exited && slot->pid != 0 && slot->started_at != 0;
-		dboid = slot->dboid;
-		pid = slot->pid;
-		started_at = slot->started_at;
-		SpinLockRelease(&Relay->mutex);
-		/* A worker shows once a pass found pg_tide in its database. */
-		if (!running || pg_atomic_read_u64(&slot->passes) == 0)
-			continue;
-
-		datname = get_database_name(dboid);
-		if (datname != NULL)
-			values[0] = DirectFunctionCall1(namein, CStringGetDatum(datname));
-		else
-			nulls[0] = true;
-		values[1] = Int32GetDatum((int32) pid);
-		values[2] = TimestampTzGetDatum(started_at);
-		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->passes));
-		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->wakeups));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
 }

@@ -83,9 +83,13 @@ extern void RelayDefineGucs(void);
 extern Size RelayShmemSize(void);
 extern void RelayShmemInit(void *place, bool found);
 extern void RelayRegisterLauncher(void);
-extern void RelayInstallHooks(void);
 extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
+extern RelayDbRequest *RelayFindRequest(Oid dboid, bool create, TimestampTz now);
+extern void RelayWakeLauncher(void);
 extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
+
+/* src/relay_control.c */
+extern void RelayInstallHooks(void);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
