@@ -17,7 +17,6 @@
 
 #include <signal.h>
 
-
 #include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
