@@ -24,14 +24,9 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=/tmp/pg_tide_bench_inbox
 export TIDE_PORT=5495
-# Default durability (fsync, synchronous_commit and full_page_writes stay
-# on), sized as in publish.sh: checkpoints only where the script asks.
-export TIDE_EXTRA_CONF="shared_buffers = 1GB
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-max_connections = 50"
-# shellcheck source=../test/lib.sh
-source "$BENCH_DIR/../test/lib.sh"
+BENCH_NAME=inbox.sh
+# shellcheck source=lib.sh
+source "$BENCH_DIR/lib.sh"
 
 DURATION=${DURATION:-20}
 REPEATS=${REPEATS:-2}
@@ -42,30 +37,7 @@ BATCH=${BATCH:-10}
 PRELOADED=100000
 # Pending messages before a claim_mark run: more than a run can process.
 PENDING=400000
-DB=tide_bench
-PGBENCH=$PG_BIN/pgbench
-RESULTS=$TIDE_CLUSTER/results.tsv
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "inbox.sh: run me as root (the cluster runs as the postgres user)" >&2
-	exit 1
-fi
-if [ ! -f "$(/usr/bin/pg_config --pkglibdir)/pg_tide.so" ] ||
-	[ ! -f "$(/usr/bin/pg_config --sharedir)/extension/pg_tide.control" ]; then
-	echo "inbox.sh: pg_tide is not installed; run test/demo.sh or test/run-tests.sh first" >&2
-	exit 1
-fi
-
-cleanup() {
-	if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
-		log "cluster left running in $TIDE_CLUSTER (port $TIDE_PORT)"
-	else
-		tide_stop_cluster
-	fi
-}
-trap cleanup EXIT
-
-psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 scalar() { psql_db -A -t -c "$1"; }
 
 tide_start_cluster
