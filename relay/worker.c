@@ -18,6 +18,8 @@
  * 5. Sleep until a publishing commit broadcasts the condition variable or
  *	  pg_tide.relay_naptime_ms passes, and count the sleeps a commit ended
  *	  (wake.c counts the broadcasts, so other wake-ups are told apart).
+ *	  Commits wake the worker only while the database has an enabled
+ *	  pipeline; without one it just naps, so publishing costs it nothing.
  *
  * An ERROR in a pass is reported and ends the worker cleanly; the launcher
  * starts it again after a back-off, so nothing crash-loops.
@@ -25,7 +27,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -33,9 +38,12 @@
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
+#include "storage/lmgr.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -72,11 +80,36 @@ worker_leave(RelayExitReason reason, const char *why)
 }
 
 /*
- * One pass in its own short transaction; false when pg_tide is no longer
- * installed in this database.
+ * Whether the database has an enabled pipeline. The table's lock is taken
+ * conditionally, so a DROP EXTENSION in progress is passed over, not waited
+ * for (and cannot wait for us).
  */
 static bool
-worker_pass(MemoryContext loop_cxt)
+has_enabled_pipeline(void)
+{
+	Oid			nsp = get_namespace_oid("tide", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("relay_outbox_config", nsp) : InvalidOid;
+	bool		found = false;
+
+	if (!OidIsValid(rel) || !ConditionalLockRelationOid(rel, AccessShareLock))
+		return false;
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(rel)))
+		return false;
+	SPI_connect();
+	if (SPI_execute("SELECT 1 FROM tide.relay_outbox_config WHERE enabled LIMIT 1",
+					true, 1) == SPI_OK_SELECT)
+		found = SPI_processed > 0;
+	SPI_finish();
+	return found;
+}
+
+/*
+ * One pass in its own short transaction; false when pg_tide is no longer
+ * installed in this database. Sets *has_work when an enabled pipeline
+ * exists: only then do publishing commits wake the worker.
+ */
+static bool
+worker_pass(MemoryContext loop_cxt, bool *has_work)
 {
 	bool		installed;
 
@@ -86,6 +119,7 @@ worker_pass(MemoryContext loop_cxt)
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: looking for work");
 
 	installed = OidIsValid(get_extension_oid("pg_tide", true));
+	*has_work = installed && has_enabled_pipeline();
 
 	/*
 	 * Delivery is not implemented yet: no pipeline is leased or delivered
@@ -109,11 +143,16 @@ worker_pass(MemoryContext loop_cxt)
  * slices, so a reload (a new naptime, relay_enabled = off) or a pause is
  * noticed soon even during a long naptime; the worker stays on the
  * condition variable's wait list between slices, so no broadcast is missed.
+ * Without `wake_on_commit` (no enabled pipeline: nothing to deliver) it
+ * leaves the wait list and only naps, so commits cost it nothing.
  */
 static bool
-worker_sleep(ConditionVariable *cv, uint64 seen)
+worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 {
 	TimestampTz start = GetCurrentTimestamp();
+
+	if (!wake_on_commit)
+		ConditionVariableCancelSleep();
 
 	for (;;)
 	{
@@ -127,12 +166,22 @@ worker_sleep(ConditionVariable *cv, uint64 seen)
 		remaining = RelayNaptimeMs - elapsed_ms;
 		if (remaining <= 0)
 			return false;
-		if (WakeCommitCount(MyDatabaseId) != seen)
-			return true;
-		(void) ConditionVariableTimedSleep(cv, Min(remaining, RELAY_SLEEP_SLICE_MS),
-										   PG_WAIT_EXTENSION);
-		if (WakeCommitCount(MyDatabaseId) != seen)
-			return true;
+		if (!wake_on_commit)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(remaining, RELAY_SLEEP_SLICE_MS), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		else
+		{
+			if (WakeCommitCount(MyDatabaseId) != seen)
+				return true;
+			(void) ConditionVariableTimedSleep(cv, Min(remaining, RELAY_SLEEP_SLICE_MS),
+											   PG_WAIT_EXTENSION);
+			if (WakeCommitCount(MyDatabaseId) != seen)
+				return true;
+		}
 		if (ConfigReloadPending || !RelayEnabled ||
 			RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
 			return false;
@@ -191,6 +240,7 @@ RelayWorkerMain(Datum main_arg)
 	for (;;)
 	{
 		bool		installed = false;
+		bool		has_work = false;
 		bool		failed = false;
 		uint64		seen;
 
@@ -211,7 +261,7 @@ RelayWorkerMain(Datum main_arg)
 
 		PG_TRY();
 		{
-			installed = worker_pass(loop_cxt);
+			installed = worker_pass(loop_cxt, &has_work);
 		}
 		PG_CATCH();
 		{
@@ -237,7 +287,7 @@ RelayWorkerMain(Datum main_arg)
 		pgstat_report_activity(STATE_IDLE, NULL);
 		MemoryContextReset(loop_cxt);
 
-		if (worker_sleep(cv, seen))
+		if (worker_sleep(cv, seen, has_work))
 			pg_atomic_fetch_add_u64(&my_slot->wakeups, 1);
 	}
 }

@@ -72,8 +72,11 @@ my $app_pid = wait_for_worker('app');
 my $took = time() - $created_at;
 cmp_ok($took, '<', 5, "CREATE EXTENSION started a worker (after ${took}s)");
 
-# A publishing commit wakes the worker: its own look is an hour away.
+# With an enabled pipeline, a publishing commit wakes the worker: its own
+# look is an hour away.
 $node->safe_psql('app', "SELECT tide.outbox_create('orders')");
+$node->safe_psql('app', "INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}')");
+usleep(600_000);	# a pass at the 200 ms naptime sees the pipeline
 set_conf('pg_tide.relay_naptime_ms', '1h');
 usleep(1_000_000);	# the worker takes the new naptime at its next slice
 my $counters = "SELECT passes || ',' || wakeups FROM tide.relay_workers() WHERE database = 'app'";
@@ -85,6 +88,20 @@ $node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 1}')});
 ok($node->poll_query_until('postgres',
 		"SELECT wakeups > $wakeups FROM tide.relay_workers() WHERE database = 'app'"),
 	'a publishing commit woke the worker');
+
+# Without an enabled pipeline there is nothing to deliver: after the pass
+# that sees the pipeline disabled, commits no longer wake the worker.
+$node->safe_psql('app', "UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'wake'");
+my ($passes) = split /,/, $node->safe_psql('postgres', $counters);
+$node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 2}')});
+ok($node->poll_query_until('postgres',
+		"SELECT passes > $passes FROM tide.relay_workers() WHERE database = 'app'"),
+	'the commit after the change woke the worker for one more pass');
+$before = $node->safe_psql('postgres', $counters);
+$node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 3}')});
+usleep(500_000);
+is($node->safe_psql('postgres', $counters), $before,
+	'without an enabled pipeline a publishing commit does not wake the worker');
 set_conf('pg_tide.relay_naptime_ms', '200ms');
 
 # DROP EXTENSION is not blocked, and the worker leaves.
