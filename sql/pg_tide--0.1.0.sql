@@ -1416,6 +1416,476 @@ COMMENT ON FUNCTION tide.relay_workers()
 	IS 'one row per running relay worker in the cluster: its database, pid, start time, passes and wake-ups by commits';
 
 -- ---------------------------------------------------------------------------
+-- Relay pipelines. A forward pipeline is a row of relay_outbox_config; its
+-- config jsonb holds the outbox, the consumer group it reads through and the
+-- sink's settings, validated and completed with defaults when it is set (see
+-- docs/relay.md#pipelines). Delivery is not implemented yet.
+-- ---------------------------------------------------------------------------
+
+-- Raises 22023 for a relay config key.
+CREATE FUNCTION tide._relay_bad_config(p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	RAISE EXCEPTION '%', p_message
+		USING ERRCODE = 'invalid_parameter_value', HINT = p_hint;
+END
+$$;
+
+-- Checks that a config value has the JSON type expected for it.
+CREATE FUNCTION tide._relay_check_type(p_key text, p_value jsonb, p_type text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF jsonb_typeof(p_value) IS DISTINCT FROM p_type THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "%s" must be %s, not %s', p_key,
+				   CASE p_type WHEN 'object' THEN 'an object' WHEN 'array' THEN 'an array'
+				   ELSE 'a ' || p_type END,
+				   coalesce(jsonb_typeof(p_value), 'missing')),
+			p_hint);
+	END IF;
+END
+$$;
+
+-- An integer config value within [p_min, p_max], or p_default when absent.
+CREATE FUNCTION tide._relay_int(p_obj jsonb, p_field text, p_key text,
+								p_min bigint, p_max bigint, p_default bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	v jsonb := p_obj -> p_field;
+	n numeric;
+	hint text := format('Give "%s" an integer from %s to %s.', p_key, p_min, p_max);
+BEGIN
+	IF v IS NULL THEN
+		RETURN p_default;
+	END IF;
+	IF jsonb_typeof(v) <> 'number' OR v::numeric <> trunc(v::numeric) THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "%s" must be an integer, not %s', p_key,
+				   CASE WHEN jsonb_typeof(v) = 'number' THEN v::text ELSE jsonb_typeof(v) END),
+			hint);
+	END IF;
+	n := v::numeric;
+	IF n < p_min OR n > p_max THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "%s" is out of range: %s', p_key, n), hint);
+	END IF;
+	RETURN n::bigint;
+END
+$$;
+
+-- A boolean config value, or p_default when absent.
+CREATE FUNCTION tide._relay_bool(p_obj jsonb, p_key text, p_default boolean)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF NOT p_obj ? p_key THEN
+		RETURN p_default;
+	END IF;
+	PERFORM tide._relay_check_type(p_key, p_obj -> p_key, 'boolean',
+								   format('Give "%s" as true or false.', p_key));
+	RETURN (p_obj -> p_key)::boolean;
+END
+$$;
+
+-- A string config value that is one of p_allowed, or p_default when absent.
+CREATE FUNCTION tide._relay_choice(p_obj jsonb, p_key text, p_allowed text[], p_default text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	hint text := format('Give "%s" one of: %s.', p_key,
+						(SELECT string_agg(quote_literal(a), ', ') FROM unnest(p_allowed) a));
+BEGIN
+	IF NOT p_obj ? p_key THEN
+		IF p_default IS NULL THEN
+			PERFORM tide._relay_bad_config(format('config key "%s" is missing', p_key), hint);
+		END IF;
+		RETURN p_default;
+	END IF;
+	PERFORM tide._relay_check_type(p_key, p_obj -> p_key, 'string', hint);
+	IF NOT (p_obj ->> p_key) = ANY (p_allowed) THEN
+		PERFORM tide._relay_bad_config(
+			format('invalid value "%s" for config key "%s"', p_obj ->> p_key, p_key), hint);
+	END IF;
+	RETURN p_obj ->> p_key;
+END
+$$;
+
+-- Refuses keys of p_obj that are not in p_known; p_prefix names the parent
+-- object in messages ("retry.").
+CREATE FUNCTION tide._relay_check_keys(p_obj jsonb, p_known text[], p_prefix text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	k text;
+BEGIN
+	SELECT min(key) INTO k FROM jsonb_object_keys(p_obj) AS key WHERE key <> ALL (p_known);
+	IF k IS NOT NULL THEN
+		PERFORM tide._relay_bad_config(
+			format('unknown config key "%s%s"', p_prefix, k),
+			format('Remove "%s%s"; the known keys are: %s.', p_prefix, k,
+				   array_to_string(ARRAY(SELECT unnest(p_known) ORDER BY 1), ', ')));
+	END IF;
+END
+$$;
+
+-- Validates a webhook URL: http or https, a host, an optional port, no
+-- user name or password (they would not be redacted: use headers), no
+-- white space.
+CREATE FUNCTION tide._relay_check_url(p_url text, p_allow_http boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	m text[];
+	hint text := 'Give "url" as an absolute URL such as "https://example.com/hooks".';
+BEGIN
+	m := regexp_match(p_url,
+		'^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#@]*@)?([A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]*)?([/?#][^[:space:]]*)?$');
+	IF m IS NULL OR p_url ~ '[[:space:][:cntrl:]]' THEN
+		PERFORM tide._relay_bad_config(format('config key "url" is not a valid URL: "%s"', p_url), hint);
+	END IF;
+	IF lower(m[1]) NOT IN ('http', 'https') THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "url" has scheme "%s"', m[1]),
+			'Give "url" an https:// URL (or http:// with "allow_http": true).');
+	END IF;
+	IF m[2] IS NOT NULL THEN
+		PERFORM tide._relay_bad_config('config key "url" must not contain a user name or password',
+			'Send credentials in "headers", for example "Authorization"; headers are redacted, URLs are not.');
+	END IF;
+	IF m[4] IS NOT NULL AND (m[4] !~ '^:[0-9]{1,5}$' OR substr(m[4], 2)::int NOT BETWEEN 1 AND 65535) THEN
+		PERFORM tide._relay_bad_config(format('config key "url" has an invalid port: "%s"', p_url),
+			'Give "url" a port from 1 to 65535, or none.');
+	END IF;
+	IF lower(m[1]) = 'http' AND NOT p_allow_http THEN
+		PERFORM tide._relay_bad_config('config key "url" uses plain http',
+			'Use an https:// URL, or set "allow_http": true to send over plain http.');
+	END IF;
+END
+$$;
+
+-- Validates one signing secret: "whsec_" and base64 of at least one byte.
+CREATE FUNCTION tide._relay_check_secret(p_secret jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	hint text := 'Give "signing_secret" as "whsec_<base64>", or an array of such strings to rotate secrets.';
+	ok boolean;
+BEGIN
+	PERFORM tide._relay_check_type('signing_secret', p_secret, 'string', hint);
+	IF (p_secret #>> '{}') !~ '^whsec_' THEN
+		PERFORM tide._relay_bad_config('config key "signing_secret" must start with "whsec_"', hint);
+	END IF;
+	BEGIN
+		ok := length(decode(substr(p_secret #>> '{}', 7), 'base64')) > 0;
+	EXCEPTION WHEN invalid_parameter_value OR data_exception THEN
+		ok := false;
+	END;
+	IF NOT ok THEN
+		-- The secret itself is not repeated in the message.
+		PERFORM tide._relay_bad_config('config key "signing_secret" is not valid base64 after "whsec_"', hint);
+	END IF;
+END
+$$;
+
+-- Validates a webhook sink config and returns it with every default filled
+-- in (outbox and consumer group are added by the caller).
+CREATE FUNCTION tide._relay_webhook_config(p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
+						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
+						  'allow_http', 'allow_private_network', 'retry'];
+	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
+							 'idempotency-key', 'content-type', 'content-length', 'host'];
+	allow_http boolean;
+	retry jsonb;
+	base_ms bigint;
+	h record;
+	s jsonb;
+	result jsonb;
+BEGIN
+	PERFORM tide._relay_check_keys(p_config, known, '');
+
+	allow_http := tide._relay_bool(p_config, 'allow_http', false);
+	IF NOT p_config ? 'url' THEN
+		PERFORM tide._relay_bad_config('config key "url" is missing',
+			'Give "url", the https:// URL the webhook is sent to.');
+	END IF;
+	PERFORM tide._relay_check_type('url', p_config -> 'url', 'string',
+		'Give "url" as a string such as "https://example.com/hooks".');
+	PERFORM tide._relay_check_url(p_config ->> 'url', allow_http);
+
+	result := jsonb_build_object(
+		'sink_type', 'webhook',
+		'url', p_config -> 'url',
+		'mode', tide._relay_choice(p_config, 'mode', ARRAY['single', 'batch'], 'single'),
+		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
+		'max_in_flight', tide._relay_int(p_config, 'max_in_flight', 'max_in_flight', 1, 1000, 16),
+		'timeout_ms', tide._relay_int(p_config, 'timeout_ms', 'timeout_ms', 100, 600000, 10000),
+		'signature', tide._relay_choice(p_config, 'signature', ARRAY['standard', 'pg-tide'], 'standard'),
+		'allow_http', allow_http,
+		'allow_private_network', tide._relay_bool(p_config, 'allow_private_network', false));
+
+	-- headers: an object of strings; pg_tide's own headers are refused.
+	IF p_config ? 'headers' THEN
+		PERFORM tide._relay_check_type('headers', p_config -> 'headers', 'object',
+			'Give "headers" as an object of header names and string values.');
+		FOR h IN SELECT key, value FROM jsonb_each(p_config -> 'headers') ORDER BY key LOOP
+			IF h.key !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' THEN
+				PERFORM tide._relay_bad_config(format('invalid header name "%s" in config key "headers"', h.key),
+					'Header names in "headers" are HTTP tokens: letters, digits and !#$%&''*+-.^_`|~.');
+			END IF;
+			IF (SELECT count(*) FROM jsonb_object_keys(p_config -> 'headers') k
+				 WHERE lower(k) = lower(h.key)) > 1 THEN
+				PERFORM tide._relay_bad_config(format('header "%s" is given twice in config key "headers"', h.key),
+					format('Header names are compared without regard to case; give "%s" once.', h.key));
+			END IF;
+			IF lower(h.key) = ANY (reserved) THEN
+				PERFORM tide._relay_bad_config(format('header "%s" in config key "headers" is set by pg_tide', h.key),
+					format('Remove "%s" from "headers"; pg_tide sets %s itself.', h.key,
+						   array_to_string(reserved, ', ')));
+			END IF;
+			IF jsonb_typeof(h.value) <> 'string' OR (h.value #>> '{}') ~ '[\r\n\x01-\x08\x0b\x0c\x0e-\x1f\x7f]' THEN
+				PERFORM tide._relay_bad_config(format('header "%s" in config key "headers" must have a string value', h.key),
+					'Give each header in "headers" a string value without line breaks or control characters.');
+			END IF;
+		END LOOP;
+		result := result || jsonb_build_object('headers', p_config -> 'headers');
+	ELSE
+		result := result || '{"headers": {}}';
+	END IF;
+
+	-- signing_secret: one secret, or several while rotating (all sign).
+	IF p_config ? 'signing_secret' THEN
+		s := p_config -> 'signing_secret';
+		IF jsonb_typeof(s) = 'array' THEN
+			IF jsonb_array_length(s) = 0 THEN
+				PERFORM tide._relay_bad_config('config key "signing_secret" must not be an empty array',
+					'Give "signing_secret" at least one "whsec_<base64>" string, or leave it out to send unsigned.');
+			END IF;
+			PERFORM tide._relay_check_secret(e) FROM jsonb_array_elements(s) e;
+		ELSE
+			PERFORM tide._relay_check_secret(s);
+		END IF;
+		result := result || jsonb_build_object('signing_secret', s);
+	END IF;
+
+	-- retry: exponential backoff with jitter between base_ms and cap_ms.
+	retry := coalesce(p_config -> 'retry', '{}');
+	PERFORM tide._relay_check_type('retry', retry, 'object',
+		'Give "retry" as an object with base_ms, cap_ms and max_attempts.');
+	PERFORM tide._relay_check_keys(retry, ARRAY['base_ms', 'cap_ms', 'max_attempts'], 'retry.');
+	base_ms := tide._relay_int(retry, 'base_ms', 'retry.base_ms', 10, 600000, 500);
+	result := result || jsonb_build_object('retry', jsonb_build_object(
+		'base_ms', base_ms,
+		'cap_ms', tide._relay_int(retry, 'cap_ms', 'retry.cap_ms', base_ms, 86400000, greatest(60000, base_ms)),
+		'max_attempts', tide._relay_int(retry, 'max_attempts', 'retry.max_attempts', 1, 100, 10)));
+	RETURN result;
+END
+$$;
+
+-- The config with secrets replaced by "********": signing_secret, and the
+-- values of headers whose name contains authorization, token, secret or key.
+CREATE FUNCTION tide._relay_redact(p_config jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT p_config
+		|| CASE WHEN p_config ? 'signing_secret' THEN
+				jsonb_build_object('signing_secret',
+					CASE WHEN jsonb_typeof(p_config -> 'signing_secret') = 'array'
+						 THEN (SELECT jsonb_agg('********'::text)
+								 FROM jsonb_array_elements(p_config -> 'signing_secret'))
+						 ELSE '"********"' END)
+		   ELSE '{}' END
+		|| CASE WHEN jsonb_typeof(p_config -> 'headers') = 'object' THEN
+				jsonb_build_object('headers', coalesce((
+					SELECT jsonb_object_agg(key,
+							CASE WHEN lower(key) ~ '(authorization|token|secret|key)'
+								 THEN '"********"' ELSE value END)
+					  FROM jsonb_each(p_config -> 'headers')), '{}'))
+		   ELSE '{}' END
+$$;
+
+-- Locks a pipeline's row and returns it, or raises 42704.
+CREATE FUNCTION tide._relay_pipeline(p_name text)
+RETURNS tide.relay_outbox_config
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	p tide.relay_outbox_config;
+BEGIN
+	PERFORM tide._check_name('pipeline', p_name);
+	SELECT * INTO p FROM tide.relay_outbox_config WHERE name = p_name FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'pipeline "%" does not exist', p_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with tide.relay_set_outbox(); tide.relay_list_configs() lists the pipelines.';
+	END IF;
+	RETURN p;
+END
+$$;
+
+CREATE FUNCTION tide.relay_set_outbox(p_name text, p_outbox text, p_consumer_group text, p_config jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	cfg jsonb;
+	g tide.tide_consumer_groups;
+	other text;
+BEGIN
+	PERFORM tide._check_name('pipeline', p_name);
+	PERFORM tide._check_name('consumer group', p_consumer_group);
+	PERFORM tide._outbox_config(p_outbox);
+
+	IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
+		RAISE EXCEPTION 'pipeline config must be a JSON object, not %', coalesce(jsonb_typeof(p_config), 'NULL')
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give a config such as {"sink_type": "webhook", "url": "https://example.com/hooks"}.';
+	END IF;
+	-- outbox and consumer_group are the parameters; the keys are accepted
+	-- when they agree, so that relay_get_config's output can be set again.
+	IF p_config ? 'outbox' AND p_config -> 'outbox' IS DISTINCT FROM to_jsonb(p_outbox) THEN
+		PERFORM tide._relay_bad_config('config key "outbox" does not match p_outbox',
+			'The outbox is given by p_outbox; leave "outbox" out of the config or give the same name.');
+	END IF;
+	IF p_config ? 'consumer_group' AND p_config -> 'consumer_group' IS DISTINCT FROM to_jsonb(p_consumer_group) THEN
+		PERFORM tide._relay_bad_config('config key "consumer_group" does not match p_consumer_group',
+			'The consumer group is given by p_consumer_group; leave "consumer_group" out of the config or give the same name.');
+	END IF;
+	PERFORM tide._relay_choice(p_config, 'sink_type', ARRAY['webhook'], NULL);
+	cfg := jsonb_build_object('outbox', p_outbox, 'consumer_group', p_consumer_group)
+		   || tide._relay_webhook_config(p_config);
+
+	-- The pipeline reads through its own consumer group, created on first
+	-- use. The group's row lock serialises two pipelines naming one group.
+	PERFORM tide.create_consumer_group(p_consumer_group, p_outbox, 'earliest', true)
+	  FROM (SELECT 1) x
+	 WHERE NOT EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p_consumer_group);
+	g := tide._lock_group(p_consumer_group);
+	IF g.outbox_name <> p_outbox THEN
+		RAISE EXCEPTION 'consumer group "%" reads outbox "%", not "%"', p_consumer_group, g.outbox_name, p_outbox
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Name a consumer group of outbox "%s", or a new one to have it created.', p_outbox);
+	END IF;
+	SELECT min(name) INTO other FROM tide.relay_outbox_config
+	 WHERE config ->> 'consumer_group' = p_consumer_group AND name <> p_name;
+	IF other IS NOT NULL THEN
+		RAISE EXCEPTION 'consumer group "%" is already used by pipeline "%"', p_consumer_group, other
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Each pipeline reads through a consumer group of its own; name another one.';
+	END IF;
+
+	INSERT INTO tide.relay_outbox_config AS c (name, config)
+	VALUES (p_name, cfg)
+	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
+	 WHERE c.config IS DISTINCT FROM EXCLUDED.config;
+	-- An offset kept for another group or outbox no longer applies.
+	DELETE FROM tide.relay_consumer_offsets
+	 WHERE pipeline_id = p_name
+	   AND (relay_group_id, outbox_name) IS DISTINCT FROM (p_consumer_group, p_outbox);
+END
+$$;
+COMMENT ON FUNCTION tide.relay_set_outbox(text, text, text, jsonb)
+	IS 'creates or replaces a forward pipeline from an outbox, read through a consumer group (created if missing), to a sink';
+
+-- Sets a pipeline's enabled flag; an unchanged flag writes nothing.
+CREATE FUNCTION tide._relay_set_enabled(p_name text, p_enabled boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._relay_pipeline(p_name);
+	UPDATE tide.relay_outbox_config SET enabled = p_enabled
+	 WHERE name = p_name AND enabled IS DISTINCT FROM p_enabled;
+END
+$$;
+
+CREATE FUNCTION tide.relay_enable(p_name text)
+RETURNS void
+LANGUAGE sql
+BEGIN ATOMIC
+	SELECT tide._relay_set_enabled(p_name, true);
+END;
+COMMENT ON FUNCTION tide.relay_enable(text) IS 'lets the relay deliver through a pipeline again';
+
+CREATE FUNCTION tide.relay_disable(p_name text)
+RETURNS void
+LANGUAGE sql
+BEGIN ATOMIC
+	SELECT tide._relay_set_enabled(p_name, false);
+END;
+COMMENT ON FUNCTION tide.relay_disable(text)
+	IS 'stops the relay delivering through a pipeline; its position is kept';
+
+CREATE FUNCTION tide.relay_delete(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	p tide.relay_outbox_config;
+BEGIN
+	p := tide._relay_pipeline(p_name);
+	DELETE FROM tide.relay_outbox_config WHERE name = p_name;
+	DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
+	-- The group is the pipeline's position: kept, so that a pipeline set
+	-- again with it resumes; but it holds back the outbox's pending count.
+	IF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p.config ->> 'consumer_group') THEN
+		RAISE NOTICE 'consumer group "%" of pipeline "%" is kept', p.config ->> 'consumer_group', p_name
+			USING HINT = 'Drop it with tide.drop_consumer_group() unless a pipeline or consumer will read through it again: its unread messages count as pending.';
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.relay_delete(text)
+	IS 'deletes a forward pipeline; its consumer group is kept';
+
+CREATE FUNCTION tide.relay_get_config(p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	cfg jsonb;
+BEGIN
+	PERFORM tide._check_name('pipeline', p_name);
+	SELECT config INTO cfg FROM tide.relay_outbox_config WHERE name = p_name;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'pipeline "%" does not exist', p_name
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with tide.relay_set_outbox(); tide.relay_list_configs() lists the pipelines.';
+	END IF;
+	RETURN tide._relay_redact(cfg);
+END
+$$;
+COMMENT ON FUNCTION tide.relay_get_config(text)
+	IS 'a pipeline''s effective config, defaults filled in, secrets shown as ********';
+
+CREATE FUNCTION tide.relay_list_configs()
+RETURNS TABLE (name text, enabled boolean, outbox text, consumer_group text, sink_type text, config jsonb)
+LANGUAGE sql STABLE
+AS $$
+	SELECT c.name, c.enabled, c.config ->> 'outbox', c.config ->> 'consumer_group',
+		   c.config ->> 'sink_type', tide._relay_redact(c.config)
+	  FROM tide.relay_outbox_config c
+	 ORDER BY c.name
+$$;
+COMMENT ON FUNCTION tide.relay_list_configs()
+	IS 'every forward pipeline with its outbox, consumer group, sink type and config, secrets shown as ********';
+
+-- ---------------------------------------------------------------------------
 -- Privileges. The tables are the owner's; roles that publish or consume get
 -- grants from the owner. Moving a group's position by hand is for operators.
 -- ---------------------------------------------------------------------------
