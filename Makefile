@@ -9,7 +9,9 @@ OBJS = \
 	src/consumer.o \
 	src/relay_control.o \
 	relay/launcher.o \
-	relay/worker.o
+	relay/worker.o \
+	relay/lease.o \
+	relay/sink_file.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

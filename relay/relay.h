@@ -13,6 +13,8 @@
 #include "storage/latch.h"
 #include "storage/spin.h"
 
+#include "sink.h"
+
 /* How long a database's worker stays stopped after DROP/ALTER/CREATE DATABASE asked. */
 #define RELAY_PAUSE_MS			10000
 /* How long such a command waits for the worker to leave. */
@@ -21,6 +23,10 @@
 #define RELAY_LAUNCHER_NAP_MS	3000
 /* How long a database's worker is not restarted after it stopped on an error. */
 #define RELAY_ERROR_BACKOFF_MS	10000
+/* How long a pipeline's lease lasts: a batch not recorded by then is leased again. */
+#define RELAY_LEASE_SECONDS		60
+/* Batches a pipeline may deliver in one pass before the others get their turn. */
+#define RELAY_MAX_BATCHES_PER_PASS	10
 /* Databases with a pending pause or recheck request that shared memory remembers. */
 #define RELAY_MAX_DB_REQUESTS	64
 
@@ -72,6 +78,16 @@ typedef struct RelayShared
 	RelayWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } RelayShared;
 
+/* An enabled pipeline as a pass read it from relay_outbox_config. */
+typedef struct RelayPipeline
+{
+	char	   *name;
+	char	   *consumer_group;
+	char	   *consumer;		/* 'relay:' || name, its consumer in the group */
+	int			batch_size;
+	RelaySink	sink;
+} RelayPipeline;
+
 /* GUCs */
 extern bool RelayEnabled;
 extern int	RelayNaptimeMs;
@@ -90,6 +106,10 @@ extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
 
 /* src/relay_control.c */
 extern void RelayInstallHooks(void);
+
+/* lease.c */
+extern int	RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs);
+extern void RelayRecordDelivered(const RelayPipeline *p, int64 last_id, MemoryContext cxt);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

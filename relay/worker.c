@@ -11,10 +11,14 @@
  * 3. Leave cleanly when the relay is switched off, when a command needs the
  *	  database to itself (a pause, see launcher.c) or when pg_tide is no
  *	  longer installed (DROP EXTENSION).
- * 4. The pass itself, in one short transaction. It holds no lock and no
- *	  transaction while it sleeps, so DROP EXTENSION never waits for it.
- *	  Delivery to sinks is not there yet: this is where pipelines will be
- *	  leased, delivered and recorded.
+ * 4. The pass itself: read the enabled pipelines in one short transaction,
+ *	  then for each: lease a batch (short transaction, lease.c), deliver it
+ *	  with no transaction open (sink.h), record it (short transaction), up to
+ *	  RELAY_MAX_BATCHES_PER_PASS batches while batches come back full. An
+ *	  ERROR in one pipeline is logged and the others go on. It holds no
+ *	  lock and no transaction while it sleeps, so DROP EXTENSION never waits
+ *	  for it. When a pipeline still has a backlog, the next pass starts at
+ *	  once instead of sleeping.
  * 5. Sleep until a publishing commit broadcasts the condition variable or
  *	  pg_tide.relay_naptime_ms passes, and count the sleeps a commit ended
  *	  (wake.c counts the broadcasts, so other wake-ups are told apart).
@@ -40,6 +44,7 @@
 #include "tcop/tcopprot.h"
 #include "storage/lmgr.h"
 #include "utils/guc.h"
+#include "nodes/pg_list.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -80,38 +85,167 @@ worker_leave(RelayExitReason reason, const char *why)
 }
 
 /*
- * Whether the database has an enabled pipeline. The table's lock is taken
- * conditionally, so a DROP EXTENSION in progress is passed over, not waited
- * for (and cannot wait for us).
+ * The database's enabled pipelines that the relay can deliver, copied into
+ * cxt; *any_enabled tells whether any pipeline is enabled at all. The
+ * table's lock is taken conditionally, so a DROP EXTENSION in progress is
+ * passed over, not waited for (and cannot wait for us).
  */
-static bool
-has_enabled_pipeline(void)
+static List *
+read_pipelines(MemoryContext cxt, bool *any_enabled)
 {
 	Oid			nsp = get_namespace_oid("tide", true);
 	Oid			rel = OidIsValid(nsp) ? get_relname_relid("relay_outbox_config", nsp) : InvalidOid;
-	bool		found = false;
+	List	   *pipelines = NIL;
+	uint64		i;
 
+	*any_enabled = false;
 	if (!OidIsValid(rel) || !ConditionalLockRelationOid(rel, AccessShareLock))
-		return false;
+		return NIL;
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(rel)))
-		return false;
+		return NIL;
 	SPI_connect();
 	if (SPI_execute("SELECT 1 FROM tide.relay_outbox_config WHERE enabled LIMIT 1",
 					true, 1) == SPI_OK_SELECT)
-		found = SPI_processed > 0;
+		*any_enabled = SPI_processed > 0;
+
+	/*
+	 * Only file pipelines deliver so far. The config was validated when it
+	 * was set; a row written by hand that lacks a key is passed over.
+	 */
+	if (*any_enabled &&
+		SPI_execute("SELECT name, config ->> 'consumer_group', config ->> 'outbox',"
+					"       config ->> 'path',"
+					"       CASE WHEN jsonb_typeof(config -> 'batch_size') = 'number'"
+					"            THEN least(greatest((config ->> 'batch_size')::numeric, 1), 1000)::int"
+					"            ELSE 100 END,"
+					"       config -> 'fsync' IS DISTINCT FROM 'false'::jsonb"
+					"  FROM tide.relay_outbox_config"
+					" WHERE enabled AND config ->> 'sink_type' = 'file'"
+					"   AND config ? 'consumer_group' AND config ? 'outbox' AND config ? 'path'"
+					" ORDER BY name",
+					true, 0) == SPI_OK_SELECT)
+	{
+		for (i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			RelayPipeline *p = palloc0(sizeof(RelayPipeline));
+			bool		isnull;
+
+			p->name = pstrdup(SPI_getvalue(tup, desc, 1));
+			p->consumer_group = pstrdup(SPI_getvalue(tup, desc, 2));
+			p->consumer = psprintf("relay:%s", p->name);
+			p->sink.sink_type = "file";
+			p->sink.outbox = pstrdup(SPI_getvalue(tup, desc, 3));
+			p->sink.u.file.path = pstrdup(SPI_getvalue(tup, desc, 4));
+			p->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+			p->sink.u.file.fsync = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+			pipelines = lappend(pipelines, p);
+			MemoryContextSwitchTo(old);
+		}
+	}
 	SPI_finish();
-	return found;
+	return pipelines;
 }
 
 /*
- * One pass in its own short transaction; false when pg_tide is no longer
- * installed in this database. Sets *has_work when an enabled pipeline
- * exists: only then do publishing commits wake the worker.
+ * Delivers a pipeline's batches, each leased, delivered with no transaction
+ * open and recorded; at most RELAY_MAX_BATCHES_PER_PASS of them, so other
+ * pipelines get their turn. Returns true when the last batch was full: the
+ * pipeline has more to deliver at once. A failed delivery is logged and
+ * ends the pipeline's turn; its lease is returned to it on the next pass.
  */
 static bool
-worker_pass(MemoryContext loop_cxt, bool *has_work)
+deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
+{
+	int			batch;
+
+	for (batch = 0; batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
+	{
+		RelayMessage *msgs;
+		RelayDeliveryResult result;
+		int			n;
+
+		CHECK_FOR_INTERRUPTS();
+		n = RelayLeaseBatch(p, cxt, &msgs);
+		if (n == 0)
+			return false;
+
+		pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
+		RelaySinkDeliver(&p->sink, msgs, n, &result);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (!result.ok)
+		{
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\" could not deliver messages " INT64_FORMAT " to " INT64_FORMAT ": %s",
+							p->name, msgs[0].id, msgs[n - 1].id, result.error),
+					 errdetail("The batch is delivered again on a later pass.")));
+			return false;
+		}
+		RelayRecordDelivered(p, msgs[n - 1].id, cxt);
+		if (n < p->batch_size)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Runs every pipeline's turn; an ERROR in one (its outbox dropped, its
+ * lease lost) is logged and the others go on. Returns true when a pipeline
+ * has more to deliver at once.
+ */
+static bool
+deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
+{
+	ListCell   *lc;
+	volatile bool more = false;
+
+	foreach(lc, pipelines)
+	{
+		RelayPipeline *p = lfirst(lc);
+		MemoryContext batch_cxt = AllocSetContextCreate(loop_cxt, "pg_tide relay batch",
+														ALLOCSET_DEFAULT_SIZES);
+
+		MemoryContextSwitchTo(batch_cxt);
+		PG_TRY();
+		{
+			if (deliver_pipeline(p, batch_cxt))
+				more = true;
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(loop_cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
+							p->name, edata->message),
+					 errdetail("The pipeline is tried again on the next pass.")));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(loop_cxt);
+		MemoryContextDelete(batch_cxt);
+	}
+	return more;
+}
+
+/*
+ * One pass: reads the pipelines in a short transaction, then gives each its
+ * turn (see deliver_pipelines). Returns false when pg_tide is no longer
+ * installed in this database. Sets *has_work when an enabled pipeline
+ * exists: only then do publishing commits wake the worker; and *more when a
+ * pipeline has more to deliver at once, so the worker does not sleep.
+ */
+static bool
+worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 {
 	bool		installed;
+	List	   *pipelines = NIL;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -119,19 +253,16 @@ worker_pass(MemoryContext loop_cxt, bool *has_work)
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: looking for work");
 
 	installed = OidIsValid(get_extension_oid("pg_tide", true));
-	*has_work = installed && has_enabled_pipeline();
-
-	/*
-	 * Delivery is not implemented yet: no pipeline is leased or delivered
-	 * here. When it comes, each enabled pipeline is leased in a short
-	 * transaction like this one, delivered with no transaction open, and
-	 * recorded in a second short transaction.
-	 */
+	*has_work = false;
+	if (installed)
+		pipelines = read_pipelines(loop_cxt, has_work);
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
 	MemoryContextSwitchTo(loop_cxt);
+
+	*more = deliver_pipelines(pipelines, loop_cxt);
 	return installed;
 }
 
@@ -242,6 +373,7 @@ RelayWorkerMain(Datum main_arg)
 		bool		installed = false;
 		bool		has_work = false;
 		bool		failed = false;
+		bool		more = false;
 		uint64		seen;
 
 		/* Before looking, so a commit during the pass still wakes the sleep. */
@@ -261,7 +393,7 @@ RelayWorkerMain(Datum main_arg)
 
 		PG_TRY();
 		{
-			installed = worker_pass(loop_cxt, &has_work);
+			installed = worker_pass(loop_cxt, &has_work, &more);
 		}
 		PG_CATCH();
 		{
@@ -287,7 +419,8 @@ RelayWorkerMain(Datum main_arg)
 		pgstat_report_activity(STATE_IDLE, NULL);
 		MemoryContextReset(loop_cxt);
 
-		if (worker_sleep(cv, seen, has_work))
+		/* A pipeline with a backlog goes on at once, after the checks above. */
+		if (!more && worker_sleep(cv, seen, has_work))
 			pg_atomic_fetch_add_u64(&my_slot->wakeups, 1);
 	}
 }

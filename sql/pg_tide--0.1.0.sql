@@ -1419,7 +1419,8 @@ COMMENT ON FUNCTION tide.relay_workers()
 -- Relay pipelines. A forward pipeline is a row of relay_outbox_config; its
 -- config jsonb holds the outbox, the consumer group it reads through and the
 -- sink's settings, validated and completed with defaults when it is set (see
--- docs/relay.md#pipelines). Delivery is not implemented yet.
+-- docs/relay.md#pipelines). The relay delivers file pipelines; webhook
+-- delivery is not implemented yet.
 -- ---------------------------------------------------------------------------
 
 -- Raises 22023 for a relay config key.
@@ -1697,6 +1698,42 @@ BEGIN
 END
 $$;
 
+-- Validates a file sink config and returns it with every default filled in
+-- (outbox and consumer group are added by the caller). The relay appends
+-- to the file as the server's operating system user, so only those who may
+-- write server files may name one.
+CREATE FUNCTION tide._relay_file_config(p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync'];
+	hint text := 'Give "path" as an absolute file name such as "/var/log/pg_tide/orders.jsonl".';
+BEGIN
+	PERFORM tide._relay_check_keys(p_config, known, '');
+	IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+	   AND NOT pg_catalog.pg_has_role(current_user, 'pg_write_server_files', 'MEMBER') THEN
+		RAISE EXCEPTION 'permission denied to set a file pipeline'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The relay writes the file as the operating system user of the server.',
+				  HINT = 'Only superusers and members of pg_write_server_files may set a file pipeline.';
+	END IF;
+	IF NOT p_config ? 'path' THEN
+		PERFORM tide._relay_bad_config('config key "path" is missing', hint);
+	END IF;
+	PERFORM tide._relay_check_type('path', p_config -> 'path', 'string', hint);
+	IF left(p_config ->> 'path', 1) <> '/' THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "path" must be an absolute path: "%s"', p_config ->> 'path'), hint);
+	END IF;
+	RETURN jsonb_build_object(
+		'sink_type', 'file',
+		'path', p_config -> 'path',
+		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
+		'fsync', tide._relay_bool(p_config, 'fsync', true));
+END
+$$;
+
 -- The config with secrets replaced by "********": signing_secret, and the
 -- values of headers whose name contains authorization, token, secret or key.
 CREATE FUNCTION tide._relay_redact(p_config jsonb)
@@ -1767,9 +1804,11 @@ BEGIN
 		PERFORM tide._relay_bad_config('config key "consumer_group" does not match p_consumer_group',
 			'The consumer group is given by p_consumer_group; leave "consumer_group" out of the config or give the same name.');
 	END IF;
-	PERFORM tide._relay_choice(p_config, 'sink_type', ARRAY['webhook'], NULL);
 	cfg := jsonb_build_object('outbox', p_outbox, 'consumer_group', p_consumer_group)
-		   || tide._relay_webhook_config(p_config);
+		   || CASE tide._relay_choice(p_config, 'sink_type', ARRAY['webhook', 'file'], NULL)
+				  WHEN 'file' THEN tide._relay_file_config(p_config)
+				  ELSE tide._relay_webhook_config(p_config)
+			  END;
 
 	-- The pipeline reads through its own consumer group, created on first
 	-- use. The group's row lock serialises two pipelines naming one group.

@@ -216,6 +216,35 @@ SELECT tide.relay_delete('rc_upper');
 SELECT tide.relay_delete('rc_http');
 SELECT * FROM tide.relay_list_configs();
 
+-- file sink: defaults filled in, every key checked
+SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group',
+							 '{"sink_type": "file", "path": "/tmp/rc_file.jsonl"}');
+SELECT tide.relay_get_config('rc_file');
+SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group',
+							 '{"sink_type": "file", "path": "/tmp/rc_file.jsonl", "batch_size": 1000, "fsync": false}');
+SELECT config FROM tide.relay_outbox_config WHERE name = 'rc_file';
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "relative.jsonl"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": 7}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "batch_size": 0}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "batch_size": 1001}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "fsync": "no"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "url": "https://a.example"}')$$);
+-- the refused calls left the config as it was
+SELECT config ->> 'path' AS path, config -> 'batch_size' AS batch_size FROM tide.relay_outbox_config WHERE name = 'rc_file';
+-- a file pipeline writes as the server's OS user: superusers and pg_write_server_files only
+CREATE ROLE regress_tide_file_user;
+GRANT USAGE ON SCHEMA tide TO regress_tide_file_user;
+GRANT SELECT ON tide.tide_outbox_config TO regress_tide_file_user;
+SET ROLE regress_tide_file_user;
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file2', 'rc_orders', 'rc_file2_group', '{"sink_type": "file", "path": "/tmp/x"}')$$);
+RESET ROLE;
+REVOKE ALL ON tide.tide_outbox_config FROM regress_tide_file_user;
+REVOKE ALL ON SCHEMA tide FROM regress_tide_file_user;
+DROP ROLE regress_tide_file_user;
+SELECT tide.relay_delete('rc_file');
+SELECT tide.drop_consumer_group('rc_file_group');
+
 -- clean up
 SELECT tide.outbox_drop('rc_orders');
 SELECT tide.outbox_drop('rc_payments');
