@@ -11,13 +11,14 @@ OBJS = \
 	relay/launcher.o \
 	relay/worker.o \
 	relay/lease.o \
-	relay/sink_file.o
+	relay/sink_file.o \
+	relay/sink_webhook.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 
 PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = -lcurl -lcjson
+SHLIB_LINK = -lcurl -lcjson -lcrypto
 
 # pg_regress: every sql/<test>.sql that is not the install script
 REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/pg_tide--%,$(wildcard sql/*.sql))))

@@ -105,10 +105,12 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 /*
  * Records that the pipeline delivered its lease up to last_id: commits the
  * consumer's offset (an ERROR when the lease is no longer its own) and moves
- * the pipeline's durable offset forward.
+ * the pipeline's durable offset forward. last_id 0 records no offset.
+ * With disable (the receiver answered 410 Gone) the same transaction also
+ * disables the pipeline.
  */
 void
-RelayRecordDelivered(const RelayPipeline *p, int64 last_id, MemoryContext cxt)
+RelayRecordDelivered(const RelayPipeline *p, int64 last_id, bool disable, MemoryContext cxt)
 {
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID};
 	Datum		values[5];
@@ -119,6 +121,15 @@ RelayRecordDelivered(const RelayPipeline *p, int64 last_id, MemoryContext cxt)
 	values[2] = Int64GetDatum(last_id);
 	values[3] = CStringGetTextDatum(p->name);
 	values[4] = CStringGetTextDatum(p->sink.outbox);
+	if (disable &&
+		SPI_execute_with_args("UPDATE tide.relay_outbox_config SET enabled = false WHERE name = $4",
+							  5, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not disable pipeline \"%s\"", p->name);
+	if (last_id <= 0)
+	{
+		end_short_xact(cxt);
+		return;
+	}
 	if (SPI_execute_with_args("SELECT tide.commit_offset($1, $2, $3)",
 							  3, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not commit the offset of pipeline \"%s\"", p->name);

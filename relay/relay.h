@@ -85,6 +85,10 @@ typedef struct RelayPipeline
 	char	   *consumer_group;
 	char	   *consumer;		/* 'relay:' || name, its consumer in the group */
 	int			batch_size;
+	int			retry_base_ms;	/* backoff after a failed delivery */
+	int			retry_cap_ms;
+	int			retry_max_attempts;
+	char	   *config_md5;		/* tells a changed config, which retries at once */
 	RelaySink	sink;
 } RelayPipeline;
 
@@ -109,7 +113,8 @@ extern void RelayInstallHooks(void);
 
 /* lease.c */
 extern int	RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs);
-extern void RelayRecordDelivered(const RelayPipeline *p, int64 last_id, MemoryContext cxt);
+extern void RelayRecordDelivered(const RelayPipeline *p, int64 last_id, bool disable,
+								 MemoryContext cxt);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

@@ -27,6 +27,20 @@ typedef struct RelayFileSinkConfig
 	bool		fsync;
 } RelayFileSinkConfig;
 
+/* A webhook pipeline's settings, from its config. */
+typedef struct RelayWebhookSinkConfig
+{
+	char	   *url;
+	bool		batch_mode;		/* mode 'batch': one JSON array per request */
+	int			max_in_flight;
+	int			timeout_ms;		/* bounds the whole batch */
+	char	   *headers;		/* custom "Name: value" lines, '\n'-separated, or NULL */
+	char	   *secrets;		/* base64 after whsec_, space-separated, or NULL */
+	bool		pg_tide_signature;	/* signature 'pg-tide' rather than 'standard' */
+	bool		allow_http;
+	bool		allow_private_network;
+} RelayWebhookSinkConfig;
+
 /* What a pipeline delivers to. */
 typedef struct RelaySink
 {
@@ -35,13 +49,25 @@ typedef struct RelaySink
 	union
 	{
 		RelayFileSinkConfig file;
+		RelayWebhookSinkConfig webhook;
 	}			u;
 } RelaySink;
 
-/* The outcome of delivering one batch. */
+/*
+ * The outcome of delivering one batch. A sink that can acknowledge part of
+ * a batch sets acked to the length of the acknowledged prefix; ok means the
+ * whole batch was acknowledged.
+ */
 typedef struct RelayDeliveryResult
 {
 	bool		ok;
+	int			acked;			/* messages acknowledged, from the first */
+	bool		permanent;		/* retrying the same request cannot help */
+	bool		gone;			/* the receiver answered 410 Gone */
+	long		status;			/* HTTP status of the first failure, or 0 */
+	long		retry_after_ms; /* the receiver's Retry-After, or -1 */
+	int64		failed_id;		/* first message that failed, or 0 */
+	char		error_class[32];	/* http_status, timeout, connection, blocked_ssrf, ... */
 	char		error[256];		/* why it failed, when !ok */
 } RelayDeliveryResult;
 
@@ -49,15 +75,24 @@ typedef struct RelayDeliveryResult
 extern void RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,
 								 int nmsgs, RelayDeliveryResult *result);
 
+/* sink_webhook.c */
+extern void RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,
+									int nmsgs, RelayDeliveryResult *result);
+
 /* Delivers a batch to the sink it names; the dispatch of every sink type. */
 static inline void
 RelaySinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 				 RelayDeliveryResult *result)
 {
-	result->ok = false;
-	result->error[0] = '\0';
+	memset(result, 0, sizeof(*result));
+	result->retry_after_ms = -1;
 	if (strcmp(sink->sink_type, "file") == 0)
+	{
 		RelayFileSinkDeliver(sink, msgs, nmsgs, result);
+		result->acked = result->ok ? nmsgs : 0;
+	}
+	else if (strcmp(sink->sink_type, "webhook") == 0)
+		RelayWebhookSinkDeliver(sink, msgs, nmsgs, result);
 	else
 		snprintf(result->error, sizeof(result->error),
 				 "sink type \"%s\" cannot deliver yet", sink->sink_type);

@@ -50,6 +50,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "common/pg_prng.h"
 
 #include "compat.h"
 #include "pg_tide.h"
@@ -109,19 +110,48 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 		*any_enabled = SPI_processed > 0;
 
 	/*
-	 * Only file pipelines deliver so far. The config was validated when it
+	 * File and webhook pipelines deliver. The config was validated when it
 	 * was set; a row written by hand that lacks a key is passed over.
 	 */
 	if (*any_enabled &&
 		SPI_execute("SELECT name, config ->> 'consumer_group', config ->> 'outbox',"
-					"       config ->> 'path',"
+					"       config ->> 'sink_type', config ->> 'path',"
 					"       CASE WHEN jsonb_typeof(config -> 'batch_size') = 'number'"
 					"            THEN least(greatest((config ->> 'batch_size')::numeric, 1), 1000)::int"
 					"            ELSE 100 END,"
-					"       config -> 'fsync' IS DISTINCT FROM 'false'::jsonb"
+					"       config -> 'fsync' IS DISTINCT FROM 'false'::jsonb,"
+					"       config ->> 'url', config ->> 'mode' = 'batch',"
+					"       CASE WHEN jsonb_typeof(config -> 'max_in_flight') = 'number'"
+					"            THEN least(greatest((config ->> 'max_in_flight')::numeric, 1), 1000)::int"
+					"            ELSE 16 END,"
+					"       CASE WHEN jsonb_typeof(config -> 'timeout_ms') = 'number'"
+					"            THEN least(greatest((config ->> 'timeout_ms')::numeric, 100), 600000)::int"
+					"            ELSE 10000 END,"
+					"       (SELECT string_agg(key || ': ' || value, E'\\n' ORDER BY key)"
+					"          FROM jsonb_each_text(CASE WHEN jsonb_typeof(config -> 'headers') = 'object'"
+					"                                    THEN config -> 'headers' ELSE '{}' END)),"
+					"       (SELECT string_agg(substr(e, 7), ' ')"
+					"          FROM jsonb_array_elements_text(CASE jsonb_typeof(config -> 'signing_secret')"
+					"                 WHEN 'array' THEN config -> 'signing_secret'"
+					"                 WHEN 'string' THEN jsonb_build_array(config -> 'signing_secret')"
+					"                 ELSE '[]' END) e),"
+					"       config ->> 'signature' IS NOT DISTINCT FROM 'pg-tide',"
+					"       config -> 'allow_http' IS NOT DISTINCT FROM 'true'::jsonb,"
+					"       config -> 'allow_private_network' IS NOT DISTINCT FROM 'true'::jsonb,"
+					"       CASE WHEN jsonb_typeof(config #> '{retry,base_ms}') = 'number'"
+					"            THEN least(greatest((config #>> '{retry,base_ms}')::numeric, 10), 600000)::int"
+					"            ELSE 500 END,"
+					"       CASE WHEN jsonb_typeof(config #> '{retry,cap_ms}') = 'number'"
+					"            THEN least(greatest((config #>> '{retry,cap_ms}')::numeric, 10), 86400000)::int"
+					"            ELSE 60000 END,"
+					"       CASE WHEN jsonb_typeof(config #> '{retry,max_attempts}') = 'number'"
+					"            THEN least(greatest((config #>> '{retry,max_attempts}')::numeric, 1), 100)::int"
+					"            ELSE 10 END,"
+					"       md5(config::text)"
 					"  FROM tide.relay_outbox_config"
-					" WHERE enabled AND config ->> 'sink_type' = 'file'"
-					"   AND config ? 'consumer_group' AND config ? 'outbox' AND config ? 'path'"
+					" WHERE enabled AND config ? 'consumer_group' AND config ? 'outbox'"
+					"   AND ((config ->> 'sink_type' = 'file' AND config ? 'path')"
+					"     OR (config ->> 'sink_type' = 'webhook' AND config ? 'url'))"
 					" ORDER BY name",
 					true, 0) == SPI_OK_SELECT)
 	{
@@ -132,15 +162,43 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 			MemoryContext old = MemoryContextSwitchTo(cxt);
 			RelayPipeline *p = palloc0(sizeof(RelayPipeline));
 			bool		isnull;
+			char	   *v;
 
 			p->name = pstrdup(SPI_getvalue(tup, desc, 1));
 			p->consumer_group = pstrdup(SPI_getvalue(tup, desc, 2));
 			p->consumer = psprintf("relay:%s", p->name);
-			p->sink.sink_type = "file";
 			p->sink.outbox = pstrdup(SPI_getvalue(tup, desc, 3));
-			p->sink.u.file.path = pstrdup(SPI_getvalue(tup, desc, 4));
-			p->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-			p->sink.u.file.fsync = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+			p->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+			p->retry_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 17, &isnull));
+			p->retry_cap_ms = Max(p->retry_base_ms,
+								  DatumGetInt32(SPI_getbinval(tup, desc, 18, &isnull)));
+			p->retry_max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 19, &isnull));
+			p->config_md5 = pstrdup(SPI_getvalue(tup, desc, 20));
+			if (strcmp(SPI_getvalue(tup, desc, 4), "file") == 0)
+			{
+				p->sink.sink_type = "file";
+				p->sink.u.file.path = pstrdup(SPI_getvalue(tup, desc, 5));
+				p->sink.u.file.fsync = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+				/* a file that cannot be written is retried soon */
+				p->retry_base_ms = p->retry_cap_ms = 0;
+			}
+			else
+			{
+				RelayWebhookSinkConfig *w = &p->sink.u.webhook;
+
+				p->sink.sink_type = "webhook";
+				w->url = pstrdup(SPI_getvalue(tup, desc, 8));
+				w->batch_mode = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull)) && !isnull;
+				w->max_in_flight = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
+				w->timeout_ms = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
+				v = SPI_getvalue(tup, desc, 12);
+				w->headers = v ? pstrdup(v) : NULL;
+				v = SPI_getvalue(tup, desc, 13);
+				w->secrets = v ? pstrdup(v) : NULL;
+				w->pg_tide_signature = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
+				w->allow_http = DatumGetBool(SPI_getbinval(tup, desc, 15, &isnull));
+				w->allow_private_network = DatumGetBool(SPI_getbinval(tup, desc, 16, &isnull));
+			}
 			pipelines = lappend(pipelines, p);
 			MemoryContextSwitchTo(old);
 		}
@@ -150,16 +208,163 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 }
 
 /*
+ * A pipeline's retry state, kept in the worker's memory: when its next
+ * attempt may start and how many attempts in a row have failed. Lost when
+ * the worker restarts, which only means an early retry.
+ */
+typedef struct PipelineRetry
+{
+	char	   *name;
+	char		config_md5[33]; /* the config the failures happened with */
+	TimestampTz next_attempt_at;
+	int			attempts;
+} PipelineRetry;
+
+#define RELAY_MAX_RETRY_STATES 256
+
+static PipelineRetry retry_states[RELAY_MAX_RETRY_STATES];
+static int	n_retry_states = 0;
+
+/* The earliest next attempt of a pipeline waiting to retry, or 0. */
+static TimestampTz earliest_retry = 0;
+
+/* The retry state of a pipeline, created (in TopMemoryContext) when asked. */
+static PipelineRetry *
+pipeline_retry(const char *name, bool create)
+{
+	int			i;
+
+	for (i = 0; i < n_retry_states; i++)
+		if (strcmp(retry_states[i].name, name) == 0)
+			return &retry_states[i];
+	if (!create)
+		return NULL;
+	if (n_retry_states == RELAY_MAX_RETRY_STATES)
+	{
+		/* Forget the one with the earliest next attempt: it waits least. */
+		int			oldest = 0;
+
+		for (i = 1; i < n_retry_states; i++)
+			if (retry_states[i].next_attempt_at < retry_states[oldest].next_attempt_at)
+				oldest = i;
+		pfree(retry_states[oldest].name);
+		retry_states[oldest] = retry_states[--n_retry_states];
+	}
+	retry_states[n_retry_states].name = MemoryContextStrdup(TopMemoryContext, name);
+	retry_states[n_retry_states].config_md5[0] = '\0';
+	retry_states[n_retry_states].next_attempt_at = 0;
+	retry_states[n_retry_states].attempts = 0;
+	return &retry_states[n_retry_states++];
+}
+
+/*
+ * How long a pipeline waits after its attempts-th failure in a row:
+ * exponential from retry.base_ms, capped at retry.cap_ms, with jitter (the
+ * upper half of the interval), or what Retry-After asked, within the cap;
+ * at the cap once the failure is permanent or the attempts are used up.
+ */
+static long
+retry_delay_ms(const RelayPipeline *p, int attempts, const RelayDeliveryResult *r, bool held)
+{
+	double		d = p->retry_base_ms;
+	int			i;
+
+	if (p->retry_cap_ms <= 0)
+		return 0;
+	if (held)
+		return p->retry_cap_ms;
+	if (r->retry_after_ms >= 0)
+		return Max(Min(r->retry_after_ms, (long) p->retry_cap_ms), 1L);
+	for (i = 1; i < attempts && d < p->retry_cap_ms; i++)
+		d *= 2;
+	d = Min(d, (double) p->retry_cap_ms);
+	return Max((long) p->retry_base_ms,
+			   (long) (d / 2 + pg_prng_double(&pg_global_prng_state) * d / 2));
+}
+
+/*
+ * Deals with a delivery that was not acknowledged in full: records the
+ * acknowledged prefix (and, after 410 Gone, disables the pipeline in the
+ * same transaction), logs, and sets the pipeline's next attempt.
+ */
+static void
+delivery_failed(const RelayPipeline *p, const RelayMessage *msgs, int n,
+				const RelayDeliveryResult *result, MemoryContext cxt)
+{
+	PipelineRetry *st = pipeline_retry(p->name, true);
+	int64		from = result->acked > 0 ? msgs[result->acked].id : msgs[0].id;
+	bool		held;
+	long		delay;
+
+	if (result->acked > 0 || result->gone)
+		RelayRecordDelivered(p, result->acked > 0 ? msgs[result->acked - 1].id : 0,
+							 result->gone, cxt);
+	if (result->gone)
+	{
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is disabled: the receiver answered 410 Gone for messages " INT64_FORMAT " to " INT64_FORMAT,
+						p->name, from, msgs[n - 1].id),
+				 errdetail("%s", result->error),
+				 errhint("Enable it again with tide.relay_enable() once the receiver accepts deliveries.")));
+		st->attempts = 0;
+		st->next_attempt_at = 0;
+		return;
+	}
+	strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
+	st->attempts++;
+	held = result->permanent || st->attempts >= p->retry_max_attempts;
+	delay = retry_delay_ms(p, st->attempts, result, held);
+	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
+	st->next_attempt_at = delay > 0 ?
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
+	if (held)
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s failure (%s, status %ld) delivering messages " INT64_FORMAT " to " INT64_FORMAT ", attempt %d",
+						p->name, from, result->permanent ? "permanent" : "repeated",
+						result->error_class[0] ? result->error_class : "error",
+						result->status, from, msgs[n - 1].id, st->attempts),
+				 errdetail("%s", result->error),
+				 errhint("Nothing is dropped: the pipeline retries every %d ms and does not advance until the receiver accepts; dead letters are not implemented yet.",
+						 p->retry_cap_ms)));
+	else
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" could not deliver messages " INT64_FORMAT " to " INT64_FORMAT " (%s, status %ld): %s",
+						p->name, from, msgs[n - 1].id,
+						result->error_class[0] ? result->error_class : "error",
+						result->status, result->error),
+				 delay > 0 ?
+				 errdetail("Attempt %d of %d; the batch is delivered again in %ld ms.",
+						   st->attempts, p->retry_max_attempts, delay) :
+				 errdetail("The batch is delivered again on a later pass.")));
+}
+
+/*
  * Delivers a pipeline's batches, each leased, delivered with no transaction
  * open and recorded; at most RELAY_MAX_BATCHES_PER_PASS of them, so other
  * pipelines get their turn. Returns true when the last batch was full: the
- * pipeline has more to deliver at once. A failed delivery is logged and
- * ends the pipeline's turn; its lease is returned to it on the next pass.
+ * pipeline has more to deliver at once. A pipeline whose next attempt lies
+ * in the future is passed over; a failed delivery records its acknowledged
+ * prefix, is logged and ends the pipeline's turn; its lease is returned to
+ * it on a later pass.
  */
 static bool
 deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 {
 	int			batch;
+	PipelineRetry *st = pipeline_retry(p->name, false);
+
+	/* A changed config (a fixed URL, say) is tried at once, from attempt 1. */
+	if (st && strcmp(st->config_md5, p->config_md5) != 0)
+	{
+		st->attempts = 0;
+		st->next_attempt_at = 0;
+	}
+	if (st && st->next_attempt_at > GetCurrentTimestamp())
+	{
+		if (earliest_retry == 0 || st->next_attempt_at < earliest_retry)
+			earliest_retry = st->next_attempt_at;
+		return false;
+	}
 
 	for (batch = 0; batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
 	{
@@ -177,13 +382,19 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 		pgstat_report_activity(STATE_IDLE, NULL);
 		if (!result.ok)
 		{
-			ereport(LOG,
-					(errmsg("pg_tide relay pipeline \"%s\" could not deliver messages " INT64_FORMAT " to " INT64_FORMAT ": %s",
-							p->name, msgs[0].id, msgs[n - 1].id, result.error),
-					 errdetail("The batch is delivered again on a later pass.")));
+			delivery_failed(p, msgs, n, &result, cxt);
+			st = pipeline_retry(p->name, false);
+			if (st && st->next_attempt_at > 0 &&
+				(earliest_retry == 0 || st->next_attempt_at < earliest_retry))
+				earliest_retry = st->next_attempt_at;
 			return false;
 		}
-		RelayRecordDelivered(p, msgs[n - 1].id, cxt);
+		RelayRecordDelivered(p, msgs[n - 1].id, false, cxt);
+		if (st)
+		{
+			st->attempts = 0;
+			st->next_attempt_at = 0;
+		}
 		if (n < p->batch_size)
 			return false;
 	}
@@ -201,6 +412,7 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 	ListCell   *lc;
 	volatile bool more = false;
 
+	earliest_retry = 0;
 	foreach(lc, pipelines)
 	{
 		RelayPipeline *p = lfirst(lc);
@@ -295,6 +507,14 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 		TimestampDifference(start, GetCurrentTimestamp(), &secs, &usecs);
 		elapsed_ms = secs * 1000 + usecs / 1000;
 		remaining = RelayNaptimeMs - elapsed_ms;
+		if (earliest_retry != 0)
+		{
+			long		until_retry;
+
+			TimestampDifference(GetCurrentTimestamp(), earliest_retry, &secs, &usecs);
+			until_retry = secs * 1000 + (usecs + 999) / 1000;
+			remaining = Min(remaining, until_retry);
+		}
 		if (remaining <= 0)
 			return false;
 		if (!wake_on_commit)

@@ -1419,8 +1419,8 @@ COMMENT ON FUNCTION tide.relay_workers()
 -- Relay pipelines. A forward pipeline is a row of relay_outbox_config; its
 -- config jsonb holds the outbox, the consumer group it reads through and the
 -- sink's settings, validated and completed with defaults when it is set (see
--- docs/relay.md#pipelines). The relay delivers file pipelines; webhook
--- delivery is not implemented yet.
+-- docs/relay.md#pipelines). The relay delivers webhook and file pipelines
+-- (relay/sink_webhook.c, relay/sink_file.c).
 -- ---------------------------------------------------------------------------
 
 -- Raises 22023 for a relay config key.

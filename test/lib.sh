@@ -16,7 +16,7 @@ log() { printf '\n== %s\n' "$*"; }
 # Debian packages the build and the tests need.
 tide_install_packages() {
 	local pkgs=(build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
-		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libipc-run-perl)
+		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl python3)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,581 @@
+/*
+ * sink_webhook.c
+ *		The webhook sink: POSTs messages to a URL through one libcurl multi
+ *		handle, signed the Standard Webhooks way.
+ *
+ * 1. Build the requests. Mode 'single': one request per message, the body
+ *	  the message's JSON object; mode 'batch': one request whose body is a
+ *	  JSON array of the whole batch. Each request carries webhook-id and
+ *	  Idempotency-Key (outbox_<outbox>:<id>, or <first>-<last> for a batch),
+ *	  webhook-timestamp, the custom headers and the signatures.
+ * 2. Run them: up to max_in_flight at once, waiting in curl_multi_poll
+ *	  slices of 100 ms with CHECK_FOR_INTERRUPTS() between them, the whole
+ *	  batch bounded by timeout_ms. After the first failure no new request
+ *	  starts: what follows it is delivered again anyway.
+ * 3. Classify: 2xx acknowledges; 408, 425, 429, 5xx, timeouts and connection
+ *	  errors are retryable; other statuses are permanent (redirects are never
+ *	  followed); an address refused by the SSRF check is permanent
+ *	  (blocked_ssrf). The result acknowledges the longest prefix of the
+ *	  batch whose requests all succeeded.
+ *
+ * Unless allow_private_network, the address curl is about to connect to
+ * (after DNS resolution) is checked in CURLOPT_OPENSOCKETFUNCTION, so a
+ * name that resolves to a loopback, private, link-local (cloud metadata),
+ * unspecified or multicast address is refused. Proxies are switched off,
+ * and pipelines with and without allow_private_network use separate multi
+ * handles, so they never share a connection.
+ *
+ * Runs with no transaction open. No callback raises an ERROR or allocates
+ * with palloc (an ERROR would longjmp through libcurl); every failure is
+ * returned as data.
+ */
+#include "postgres.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "common/base64.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "portability/instr_time.h"
+#include "utils/json.h"
+
+#include "sink.h"
+
+/* How long one curl_multi_poll may wait before interrupts are checked. */
+#define WEBHOOK_POLL_SLICE_MS	100
+/* How much of a response body is kept (for the log). */
+#define WEBHOOK_MAX_RESPONSE	2048
+/* Most secrets that sign one request. */
+#define WEBHOOK_MAX_SECRETS		16
+
+/* One HTTP request of a batch, and what came back. */
+typedef struct WebhookRequest
+{
+	CURL	   *easy;
+	struct curl_slist *hdrs;
+	StringInfoData body;
+	int			first;			/* index of its first message in the batch */
+	int			last;			/* index of its last message */
+	bool		started;
+	bool		done;
+	bool		blocked;		/* the SSRF check refused the address */
+	bool		allow_private;
+	CURLcode	code;
+	long		status;
+	long		retry_after_ms;
+	size_t		resp_len;
+	char		resp[WEBHOOK_MAX_RESPONSE];
+	char		errbuf[CURL_ERROR_SIZE];
+} WebhookRequest;
+
+/*
+ * Two multi handles, each with its own connection cache: a connection that
+ * a pipeline with allow_private_network opened to a private address must
+ * never be reused by one without it (a reused connection is not checked
+ * again). Both live as long as the worker.
+ */
+static CURLM *multis[2] = {NULL, NULL};
+static CURLM *multi = NULL;
+static bool curl_ready = false;
+
+/* Whether an IPv4 address (host order) is one the SSRF check refuses. */
+static bool
+ipv4_refused(uint32 a)
+{
+	return (a >> 24) == 0 ||	/* 0/8, unspecified */
+		(a >> 24) == 10 ||		/* 10/8 */
+		(a >> 24) == 127 ||		/* loopback */
+		(a >> 20) == 0xAC1 ||	/* 172.16/12 */
+		(a >> 16) == 0xC0A8 ||	/* 192.168/16 */
+		(a >> 16) == 0xA9FE ||	/* 169.254/16, cloud metadata */
+		(a >> 22) == (100u << 2 | 1) || /* 100.64/10, carrier-grade NAT */
+		(a >> 28) >= 0xE;		/* multicast and reserved, broadcast */
+}
+
+/* Whether a socket address is one the SSRF check refuses. */
+static bool
+address_refused(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ipv4_refused(ntohl(((const struct sockaddr_in *) sa)->sin_addr.s_addr));
+	if (sa->sa_family == AF_INET6)
+	{
+		const struct in6_addr *a = &((const struct sockaddr_in6 *) sa)->sin6_addr;
+		const uint8 *b = a->s6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a) || IN6_IS_ADDR_V4COMPAT(a))
+			return ipv4_refused(((uint32) b[12] << 24) | ((uint32) b[13] << 16) |
+								((uint32) b[14] << 8) | b[15]);
+		return IN6_IS_ADDR_UNSPECIFIED(a) || IN6_IS_ADDR_LOOPBACK(a) ||
+			(b[0] & 0xFE) == 0xFC ||	/* fc00::/7 */
+			(b[0] == 0xFE && (b[1] & 0xC0) == 0x80) ||	/* fe80::/10 */
+			(b[0] == 0xFE && (b[1] & 0xC0) == 0xC0) ||	/* fec0::/10 */
+			b[0] == 0xFF;		/* multicast */
+	}
+	return true;				/* only IP is ever allowed */
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION: refuses an address the SSRF check forbids. */
+static curl_socket_t
+open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+	WebhookRequest *r = clientp;
+
+	if (!r->allow_private && address_refused(&address->addr))
+	{
+		r->blocked = true;
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
+}
+
+/* CURLOPT_WRITEFUNCTION: keeps the first bytes of the response body. */
+static size_t
+write_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	WebhookRequest *r = userdata;
+	size_t		n = size * nmemb;
+	size_t		room = sizeof(r->resp) - 1 - r->resp_len;
+
+	if (room > 0)
+	{
+		memcpy(r->resp + r->resp_len, ptr, Min(n, room));
+		r->resp_len += Min(n, room);
+		r->resp[r->resp_len] = '\0';
+	}
+	return n;
+}
+
+/* CURLOPT_HEADERFUNCTION: notes Retry-After (seconds). */
+static size_t
+read_header(char *buf, size_t size, size_t nitems, void *userdata)
+{
+	WebhookRequest *r = userdata;
+	size_t		n = size * nitems;
+
+	if (n > 12 && n < 64 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
+	{
+		char		tmp[64];
+		char	   *end;
+		long		secs;
+
+		memcpy(tmp, buf + 12, n - 12);
+		tmp[n - 12] = '\0';
+		secs = strtol(tmp, &end, 10);
+		if (end != tmp && secs >= 0 && secs <= 86400)
+			r->retry_after_ms = secs * 1000;
+	}
+	return n;
+}
+
+/* Appends one message's JSON object (as the file sink writes it). */
+static void
+append_message(StringInfo buf, const char *outbox, const RelayMessage *m)
+{
+	char		idbuf[NAMEDATALEN * 2 + 64];
+
+	snprintf(idbuf, sizeof(idbuf), "outbox_%s:" INT64_FORMAT, outbox, m->id);
+	appendStringInfoString(buf, "{\"id\": ");
+	escape_json(buf, idbuf);
+	appendStringInfoString(buf, ", \"outbox\": ");
+	escape_json(buf, outbox);
+	appendStringInfo(buf, ", \"message_id\": " INT64_FORMAT ", \"payload\": ", m->id);
+	appendStringInfoString(buf, m->payload ? m->payload : "null");
+	appendStringInfoString(buf, ", \"headers\": ");
+	appendStringInfoString(buf, m->headers ? m->headers : "null");
+	appendStringInfoString(buf, ", \"created_at\": ");
+	appendStringInfoString(buf, m->created_at ? m->created_at : "null");
+	appendStringInfoChar(buf, '}');
+}
+
+/* Adds one header line to a list; false when curl is out of memory. */
+static bool
+add_header(struct curl_slist **list, const char *line)
+{
+	struct curl_slist *l = curl_slist_append(*list, line);
+
+	if (l == NULL)
+		return false;
+	*list = l;
+	return true;
+}
+
+/*
+ * The signature headers of a request: Standard Webhooks' webhook-signature
+ * (every secret signs "<id>.<timestamp>.<body>") or pg-tide's
+ * X-Pg-Tide-Signature (the first secret signs the body).
+ */
+static bool
+add_signatures(struct curl_slist **list, const RelayWebhookSinkConfig *cfg,
+			   const char *id, const char *ts, const StringInfo body)
+{
+	char	   *secrets = pstrdup(cfg->secrets);
+	char	   *save = NULL;
+	char	   *tok;
+	StringInfoData line;
+	StringInfoData msg;
+	int			nsigned = 0;
+	bool		ok = true;
+
+	initStringInfo(&line);
+	initStringInfo(&msg);
+	if (cfg->pg_tide_signature)
+		appendBinaryStringInfo(&msg, body->data, body->len);
+	else
+	{
+		appendStringInfo(&msg, "%s.%s.", id, ts);
+		appendBinaryStringInfo(&msg, body->data, body->len);
+	}
+	appendStringInfoString(&line, cfg->pg_tide_signature ?
+						   "X-Pg-Tide-Signature: sha256=" : "webhook-signature:");
+
+	for (tok = strtok_r(secrets, " ", &save); tok != NULL && nsigned < WEBHOOK_MAX_SECRETS;
+		 tok = strtok_r(NULL, " ", &save))
+	{
+		int			klen = pg_b64_dec_len(strlen(tok));
+		char	   *key = palloc(klen + 1);
+		unsigned char mac[EVP_MAX_MD_SIZE];
+		unsigned int maclen = 0;
+
+		klen = pg_b64_decode(tok, strlen(tok), key, klen);
+		if (klen <= 0 ||
+			HMAC(EVP_sha256(), key, klen, (unsigned char *) msg.data, msg.len,
+				 mac, &maclen) == NULL)
+			continue;
+		if (cfg->pg_tide_signature)
+		{
+			unsigned int i;
+
+			for (i = 0; i < maclen; i++)
+				appendStringInfo(&line, "%02x", mac[i]);
+			nsigned++;
+			break;
+		}
+		else
+		{
+			char		b64[EVP_MAX_MD_SIZE * 2];
+			int			blen = pg_b64_encode((char *) mac, maclen, b64, sizeof(b64) - 1);
+
+			if (blen <= 0)
+				continue;
+			b64[blen] = '\0';
+			appendStringInfo(&line, " v1,%s", b64);
+			nsigned++;
+		}
+	}
+	if (nsigned > 0)
+		ok = add_header(list, line.data);
+	pfree(line.data);
+	pfree(msg.data);
+	pfree(secrets);
+	return ok;
+}
+
+/* Prepares the easy handle of a request for messages first..last. */
+static bool
+prepare_request(WebhookRequest *r, const RelaySink *sink, const RelayMessage *msgs,
+				int first, int last, const char *ts)
+{
+	const RelayWebhookSinkConfig *cfg = &sink->u.webhook;
+	char		id[NAMEDATALEN * 2 + 64];
+	char		hdr[NAMEDATALEN * 2 + 128];
+	int			i;
+
+	r->first = first;
+	r->last = last;
+	r->retry_after_ms = -1;
+	r->allow_private = cfg->allow_private_network;
+	initStringInfo(&r->body);
+	if (cfg->batch_mode)
+	{
+		appendStringInfoChar(&r->body, '[');
+		for (i = first; i <= last; i++)
+		{
+			if (i > first)
+				appendStringInfoString(&r->body, ", ");
+			append_message(&r->body, sink->outbox, &msgs[i]);
+		}
+		appendStringInfoChar(&r->body, ']');
+	}
+	else
+		append_message(&r->body, sink->outbox, &msgs[first]);
+
+	if (first == last)
+		snprintf(id, sizeof(id), "outbox_%s:" INT64_FORMAT, sink->outbox, msgs[first].id);
+	else
+		snprintf(id, sizeof(id), "outbox_%s:" INT64_FORMAT "-" INT64_FORMAT,
+				 sink->outbox, msgs[first].id, msgs[last].id);
+
+	if (!add_header(&r->hdrs, "Content-Type: application/json") ||
+		!add_header(&r->hdrs, "Expect:") ||
+		!add_header(&r->hdrs, "User-Agent: pg_tide"))
+		return false;
+	snprintf(hdr, sizeof(hdr), "webhook-id: %s", id);
+	if (!add_header(&r->hdrs, hdr))
+		return false;
+	snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s", id);
+	if (!add_header(&r->hdrs, hdr))
+		return false;
+	snprintf(hdr, sizeof(hdr), "webhook-timestamp: %s", ts);
+	if (!add_header(&r->hdrs, hdr))
+		return false;
+	if (cfg->secrets && cfg->secrets[0] &&
+		!add_signatures(&r->hdrs, cfg, id, ts, &r->body))
+		return false;
+	if (cfg->headers && cfg->headers[0])
+	{
+		char	   *lines = pstrdup(cfg->headers);
+		char	   *save = NULL;
+		char	   *tok;
+
+		for (tok = strtok_r(lines, "\n", &save); tok; tok = strtok_r(NULL, "\n", &save))
+			if (!add_header(&r->hdrs, tok))
+				return false;
+	}
+
+	r->easy = curl_easy_init();
+	if (r->easy == NULL)
+		return false;
+	curl_easy_setopt(r->easy, CURLOPT_URL, cfg->url);
+	curl_easy_setopt(r->easy, CURLOPT_PROTOCOLS_STR, cfg->allow_http ? "http,https" : "https");
+	curl_easy_setopt(r->easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(r->easy, CURLOPT_PROXY, "");
+	curl_easy_setopt(r->easy, CURLOPT_POST, 1L);
+	curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->body.data);
+	curl_easy_setopt(r->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) r->body.len);
+	curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->hdrs);
+	curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, write_body);
+	curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, read_header);
+	curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(r->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	curl_easy_setopt(r->easy, CURLOPT_OPENSOCKETDATA, r);
+	curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
+	curl_easy_setopt(r->easy, CURLOPT_TCP_NODELAY, 1L);
+	return true;
+}
+
+/* Whether a finished request acknowledged its messages. */
+static bool
+request_ok(const WebhookRequest *r)
+{
+	return r->done && r->code == CURLE_OK && r->status >= 200 && r->status < 300;
+}
+
+/* Fills the result's failure from a request that did not succeed. */
+static void
+describe_failure(const WebhookRequest *r, const RelayMessage *msgs, RelayDeliveryResult *result)
+{
+	result->failed_id = msgs[r->first].id;
+	result->retry_after_ms = r->retry_after_ms;
+	if (!r->done)
+	{
+		strlcpy(result->error_class, "timeout", sizeof(result->error_class));
+		snprintf(result->error, sizeof(result->error),
+				 "no answer within the batch's timeout_ms");
+	}
+	else if (r->blocked)
+	{
+		result->permanent = true;
+		strlcpy(result->error_class, "blocked_ssrf", sizeof(result->error_class));
+		snprintf(result->error, sizeof(result->error),
+				 "blocked_ssrf: the URL resolves to a loopback, private, link-local or other "
+				 "non-public address; set \"allow_private_network\": true to allow it");
+	}
+	else if (r->code != CURLE_OK)
+	{
+		strlcpy(result->error_class,
+				r->code == CURLE_OPERATION_TIMEDOUT ? "timeout" :
+				r->code == CURLE_UNSUPPORTED_PROTOCOL ? "protocol" : "connection",
+				sizeof(result->error_class));
+		result->permanent = (r->code == CURLE_UNSUPPORTED_PROTOCOL ||
+							 r->code == CURLE_URL_MALFORMAT);
+		snprintf(result->error, sizeof(result->error), "%s: %s", result->error_class,
+				 r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->code));
+	}
+	else
+	{
+		long		s = r->status;
+
+		result->status = s;
+		result->gone = (s == 410);
+		result->permanent = !(s == 408 || s == 425 || s == 429 || (s >= 500 && s <= 599));
+		strlcpy(result->error_class, s == 410 ? "gone" : "http_status",
+				sizeof(result->error_class));
+		snprintf(result->error, sizeof(result->error), "HTTP status %ld%s%.120s", s,
+				 r->resp_len > 0 ? ", response: " : "", r->resp);
+	}
+}
+
+/* Removes a request's easy handle from the multi handle and frees it. */
+static void
+release_request(WebhookRequest *r)
+{
+	if (r->easy)
+	{
+		if (r->started)
+			curl_multi_remove_handle(multi, r->easy);
+		curl_easy_cleanup(r->easy);
+		r->easy = NULL;
+	}
+	if (r->hdrs)
+	{
+		curl_slist_free_all(r->hdrs);
+		r->hdrs = NULL;
+	}
+}
+
+/* Delivers a batch to the sink's URL: see the top of this file. */
+void
+RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
+						RelayDeliveryResult *result)
+{
+	const RelayWebhookSinkConfig *cfg = &sink->u.webhook;
+	WebhookRequest *reqs;
+	int			nreqs = cfg->batch_mode ? 1 : nmsgs;
+	int			next = 0;
+	int			running = 0;
+	bool		failed = false;
+	char		ts[32];
+	instr_time	start;
+	int			i;
+
+	result->ok = false;
+	result->acked = 0;
+	if (!curl_ready)
+	{
+		if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		{
+			snprintf(result->error, sizeof(result->error), "could not initialise libcurl");
+			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			return;
+		}
+		curl_ready = true;
+	}
+	multi = multis[cfg->allow_private_network ? 1 : 0];
+	if (multi == NULL)
+	{
+		multi = multis[cfg->allow_private_network ? 1 : 0] = curl_multi_init();
+		if (multi == NULL)
+		{
+			snprintf(result->error, sizeof(result->error), "could not create a libcurl multi handle");
+			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			return;
+		}
+		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
+	}
+
+	snprintf(ts, sizeof(ts), "%ld", (long) time(NULL));
+	reqs = palloc0(sizeof(WebhookRequest) * nreqs);
+	for (i = 0; i < nreqs; i++)
+	{
+		if (!prepare_request(&reqs[i], sink, msgs, cfg->batch_mode ? 0 : i,
+							 cfg->batch_mode ? nmsgs - 1 : i, ts))
+		{
+			snprintf(result->error, sizeof(result->error), "could not prepare a request");
+			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			nreqs = i + 1;
+			goto cleanup;
+		}
+	}
+
+	INSTR_TIME_SET_CURRENT(start);
+	for (;;)
+	{
+		instr_time	now;
+		long		elapsed_ms;
+		long		left_ms;
+		CURLMsg    *m;
+		int			queued;
+
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, start);
+		elapsed_ms = (long) INSTR_TIME_GET_MILLISEC(now);
+		left_ms = cfg->timeout_ms - elapsed_ms;
+
+		/* Start what the in-flight limit allows, unless a request failed. */
+		while (!failed && next < nreqs && running < cfg->max_in_flight && left_ms > 0)
+		{
+			WebhookRequest *r = &reqs[next++];
+
+			curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, Max(left_ms, 1L));
+			if (curl_multi_add_handle(multi, r->easy) != CURLM_OK)
+			{
+				r->done = true;
+				r->code = CURLE_FAILED_INIT;
+				failed = true;
+				break;
+			}
+			r->started = true;
+			running++;
+		}
+		if (running == 0 || left_ms <= 0)
+			break;
+
+		{
+			int			still;
+
+			curl_multi_perform(multi, &still);
+		}
+		while ((m = curl_multi_info_read(multi, &queued)) != NULL)
+		{
+			WebhookRequest *r = NULL;
+
+			if (m->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **) &r);
+			if (r == NULL || r->done)
+				continue;
+			r->done = true;
+			r->code = m->data.result;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &r->status);
+			running--;
+			if (!request_ok(r))
+				failed = true;
+		}
+		if (running == 0 && (failed || next >= nreqs))
+			break;
+		if (running > 0)
+			curl_multi_poll(multi, NULL, 0, (int) Min(left_ms, WEBHOOK_POLL_SLICE_MS), NULL);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	/* The acknowledged prefix: messages up to the first request not acknowledged. */
+	for (i = 0; i < nreqs; i++)
+	{
+		if (!request_ok(&reqs[i]))
+		{
+			if (reqs[i].started || reqs[i].done)
+				describe_failure(&reqs[i], msgs, result);
+			else if (result->error[0] == '\0')
+			{
+				/* never started: the batch's timeout ran out first */
+				describe_failure(&reqs[i], msgs, result);
+			}
+			break;
+		}
+		result->acked = reqs[i].last + 1;
+	}
+	/* A later request may have failed first while this one was still running. */
+	if (i < nreqs && result->error[0] == '\0')
+		describe_failure(&reqs[i], msgs, result);
+	result->ok = (result->acked == nmsgs);
+
+cleanup:
+	for (i = 0; i < nreqs; i++)
+	{
+		release_request(&reqs[i]);
+		if (reqs[i].body.data)
+			pfree(reqs[i].body.data);
+	}
+	pfree(reqs);
+}

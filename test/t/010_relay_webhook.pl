@@ -1,0 +1,321 @@
+# The relay delivers to a webhook (test/receiver.py on 127.0.0.1): every
+# committed message arrives with webhook-id = Idempotency-Key =
+# outbox_orders:<id>, Standard Webhooks signatures that verify (two secrets:
+# both sign), the custom headers; batch mode sends arrays; 503s with
+# Retry-After are retried; the pg-tide signature verifies; a 400 holds the
+# pipeline without losing anything; a 410 disables it; private addresses
+# (127.0.0.1, localhost after resolution, the cloud metadata address)
+# without allow_private_network are refused (blocked_ssrf); a receiver that
+# is down and comes back gets everything; a commit arrives at once with an
+# hour's naptime.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
+use IPC::Run;
+use HTTP::Tiny;
+use JSON::PP;
+use MIME::Base64 qw(decode_base64);
+use Digest::SHA qw(hmac_sha256_base64 hmac_sha256_hex);
+use Time::HiRes qw(time usleep);
+
+my $node = tide_node('webhook', "pg_tide.relay_naptime_ms = 100\n");
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $reqlog = "$dir/requests.jsonl";
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $json = JSON::PP->new;
+my $http = HTTP::Tiny->new(timeout => 5);
+my @secrets = ('whsec_' . 'c2VjcmV0LW9uZS0xMjM0NTY3ODkw', 'whsec_' . 'YW5vdGhlci1zZWNyZXQ=');
+my $receiver;
+
+# Starts the receiver and waits until it answers.
+sub start_receiver
+{
+	$receiver = IPC::Run::start(
+		[ 'python3', "$FindBin::Bin/../receiver.py", $port, $reqlog ],
+		'<', \undef, '>', "$dir/receiver.out", '2>', "$dir/receiver.err");
+	for (1 .. 100)
+	{
+		return if $http->get("http://127.0.0.1:$port/__health")->{success};
+		usleep(50_000);
+	}
+	die "the receiver did not start";
+}
+
+# Stops the receiver.
+sub stop_receiver
+{
+	$receiver->kill_kill;
+	$receiver = undef;
+}
+
+# Tells the receiver how to answer.
+sub control
+{
+	my ($ctl) = @_;
+	my $r = $http->post("http://127.0.0.1:$port/__control",
+		{ content => $json->encode($ctl), headers => { 'Content-Type' => 'application/json' } });
+	die "control failed: $r->{status}" unless $r->{success};
+}
+
+# Every request the receiver logged.
+sub requests
+{
+	my @r;
+	return @r unless -e $reqlog;
+	open(my $fh, '<', $reqlog) or die "cannot open $reqlog: $!";
+	while (my $l = <$fh>)
+	{
+		push @r, $json->decode($l);
+	}
+	close $fh;
+	return @r;
+}
+
+# The messages of a request's body (one object, or an array of them).
+sub messages_of
+{
+	my ($req) = @_;
+	my $b = $json->decode($req->{body});
+	return ref $b eq 'ARRAY' ? @$b : ($b);
+}
+
+# id => times acknowledged (status 200) at the given path.
+sub delivered
+{
+	my ($path) = @_;
+	my %seen;
+	for my $r (requests())
+	{
+		next unless $r->{status} == 200 && $r->{path} eq $path;
+		$seen{ $_->{message_id} }++ for messages_of($r);
+	}
+	return \%seen;
+}
+
+# Waits (bounded) until every id was acknowledged at the path; the time taken.
+sub wait_for_ids
+{
+	my ($ids, $timeout, $path) = @_;
+	my $start = time();
+	while (time() - $start < $timeout)
+	{
+		my $seen = delivered($path // '/hook');
+		return time() - $start unless grep { !$seen->{$_} } @$ids;
+		usleep(5_000);
+	}
+	return undef;
+}
+
+# Publishes n messages to an outbox in one transaction; returns their ids.
+sub publish
+{
+	my ($n, $outbox) = @_;
+	$outbox //= 'orders';
+	return split /\n/, $node->safe_psql('postgres',
+		"SELECT tide.outbox_publish('$outbox', jsonb_build_object('n', g), '{\"h\": \"v\"}')
+		   FROM generate_series(1, $n) g");
+}
+
+# Sets pipeline "hook" (outbox orders) with the given extra config.
+sub set_hook
+{
+	my ($extra) = @_;
+	my $cfg = {
+		sink_type => 'webhook',
+		url => "http://127.0.0.1:$port/hook",
+		allow_http => JSON::PP::true,
+		allow_private_network => JSON::PP::true,
+		signing_secret => \@secrets,
+		max_in_flight => 8,
+		headers => { 'Authorization' => 'Bearer t0k', 'X-Custom' => 'yes' },
+		retry => { base_ms => 100, cap_ms => 1000, max_attempts => 5 },
+		%{ $extra // {} } };
+	my $c = $json->encode($cfg);
+	$node->safe_psql('postgres',
+		"SELECT tide.relay_set_outbox('hook', 'orders', 'hook', '$c'::jsonb)");
+}
+
+# Whether a request's webhook-signature verifies with every secret.
+sub signature_ok
+{
+	my ($r) = @_;
+	my $h = $r->{headers};
+	my %sigs = map { $_ => 1 } split / /, ($h->{'webhook-signature'} // '');
+	for my $s (@secrets)
+	{
+		my $key = decode_base64(substr($s, 6));
+		my $mac = hmac_sha256_base64("$h->{'webhook-id'}.$h->{'webhook-timestamp'}.$r->{body}", $key);
+		$mac .= '=' while length($mac) % 4;
+		return 0 unless $sigs{"v1,$mac"};
+	}
+	return 1;
+}
+
+# The pipeline's durable offset.
+sub offset
+{
+	return $node->safe_psql('postgres',
+		"SELECT last_change_id FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'");
+}
+
+my $t_start = time();
+start_receiver();
+$node->safe_psql('postgres', "SELECT tide.outbox_create('orders')");
+$node->safe_psql('postgres', "SELECT tide.outbox_create('private')");
+set_hook();
+
+# 50 messages, single mode, several in flight.
+my @ids = publish(50);
+ok(defined wait_for_ids(\@ids, 20), 'all 50 messages arrive');
+my @reqs = grep { $_->{path} eq '/hook' } requests();
+my %want = map { $_ => 1 } @ids;
+is(scalar(grep { my ($m) = messages_of($_);
+			$_->{headers}{'webhook-id'} ne "outbox_orders:$m->{message_id}"
+			  || $_->{headers}{'idempotency-key'} ne "outbox_orders:$m->{message_id}"
+			  || $m->{id} ne "outbox_orders:$m->{message_id}" } @reqs),
+	0, 'webhook-id = Idempotency-Key = body id = outbox_orders:<id>');
+is(scalar(grep { !signature_ok($_) } @reqs), 0, 'every webhook-signature verifies, with both secrets');
+is(scalar(grep { ($_->{headers}{authorization} // '') ne 'Bearer t0k'
+			  || ($_->{headers}{'x-custom'} // '') ne 'yes' } @reqs),
+	0, 'the custom headers arrive');
+like($reqs[0]{headers}{'webhook-timestamp'}, qr/^\d{10}$/, 'webhook-timestamp is unix seconds');
+is($reqs[0]{headers}{'content-type'}, 'application/json', 'Content-Type is application/json');
+my ($m0) = messages_of($reqs[0]);
+is_deeply([ $m0->{outbox}, $m0->{headers} ], [ 'orders', { h => 'v' } ], 'the body carries outbox and headers');
+ok($node->poll_query_until('postgres',
+		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
+	'the offset ends at the last id');
+
+# Two 503s with Retry-After: 1, then 200.
+control({ fail => [ 503, 503 ], retry_after => 1 });
+@ids = publish(5);
+ok(defined wait_for_ids(\@ids, 15), 'after two 503s the messages still arrive');
+is(scalar(grep { $_->{status} == 503 } requests()), 2, 'the receiver answered 503 twice');
+ok($node->poll_query_until('postgres',
+		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
+	'the offset ends at the last id after the retries');
+control({ retry_after => undef });
+
+# Batch mode: JSON arrays, webhook-id names the first and last id.
+set_hook({ mode => 'batch', batch_size => 20 });
+my $nreq = scalar(requests());
+@ids = publish(30);
+ok(defined wait_for_ids(\@ids, 15), 'batch mode: all 30 messages arrive');
+my @batch = grep { $_->{path} eq '/hook' } (requests())[ $nreq .. scalar(requests()) - 1 ];
+ok(@batch >= 1 && @batch < 30, 'batch mode sends fewer requests than messages (' . scalar(@batch) . ')');
+is(scalar(grep { $_->{body} !~ /^\[/ } @batch), 0, 'every batch body is a JSON array');
+my @multi = grep { (my @m = messages_of($_)) > 1 } @batch;
+ok(@multi > 0, 'a batch holds several messages');
+my @mm = messages_of($multi[0]);
+is($multi[0]{headers}{'webhook-id'}, "outbox_orders:$mm[0]{message_id}-$mm[-1]{message_id}",
+	'a batch\'s webhook-id names its first and last id');
+is(scalar(grep { !signature_ok($_) } @batch), 0, 'batch signatures verify');
+
+# signature 'pg-tide': X-Pg-Tide-Signature, the first secret over the body.
+set_hook({ signature => 'pg-tide' });
+$nreq = scalar(requests());
+@ids = publish(2);
+ok(defined wait_for_ids(\@ids, 10), 'pg-tide signature: the messages arrive');
+my $key0 = decode_base64(substr($secrets[0], 6));
+my @pgt = grep { $_->{path} eq '/hook' } (requests())[ $nreq .. scalar(requests()) - 1 ];
+is(scalar(grep { ($_->{headers}{'x-pg-tide-signature'} // '') ne 'sha256=' . hmac_sha256_hex($_->{body}, $key0)
+			  || exists $_->{headers}{'webhook-signature'} } @pgt),
+	0, 'X-Pg-Tide-Signature is sha256=<hex HMAC of the body>, and no webhook-signature');
+set_hook();
+
+# A 400 holds the pipeline: the offset stays, the log says why.
+my $before = offset();
+my $log_offset = -s $node->logfile;
+control({ always => 400 });
+@ids = publish(3);
+my $held = 0;
+for (1 .. 100)
+{
+	$held = 1 if slurp_file($node->logfile, $log_offset) =~
+	  /pipeline "hook" is held at message $ids[0]: permanent failure \(http_status, status 400\)/;
+	last if $held;
+	usleep(100_000);
+}
+ok($held, 'a 400 is logged as a permanent failure that holds the pipeline');
+is(offset(), $before, 'the offset stays while the receiver answers 400');
+control({ always => undef });
+ok(defined wait_for_ids(\@ids, 10), 'once the receiver accepts, the held messages arrive');
+
+# 410 Gone disables the pipeline.
+$log_offset = -s $node->logfile;
+control({ always => 410 });
+@ids = publish(1);
+ok($node->poll_query_until('postgres',
+		"SELECT NOT enabled FROM tide.relay_outbox_config WHERE name = 'hook'"),
+	'a 410 disables the pipeline');
+like(slurp_file($node->logfile, $log_offset), qr/pipeline "hook" is disabled: the receiver answered 410 Gone/,
+	'the log says why the pipeline was disabled');
+control({ always => undef });
+$node->safe_psql('postgres', "SELECT tide.relay_enable('hook')");
+ok(defined wait_for_ids(\@ids, 10), 'enabled again, the message arrives');
+
+# Without allow_private_network, 127.0.0.1 is refused after resolution.
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"SELECT tide.relay_set_outbox('private', 'private', 'private', jsonb_build_object(
+	   'sink_type', 'webhook', 'url', 'http://127.0.0.1:$port/private', 'allow_http', true,
+	   'retry', jsonb_build_object('base_ms', 100, 'cap_ms', 500)))");
+$node->safe_psql('postgres',
+	"SELECT tide.relay_set_outbox('named', 'private', 'named', jsonb_build_object(
+	   'sink_type', 'webhook', 'url', 'http://localhost:$port/private', 'allow_http', true,
+	   'retry', jsonb_build_object('base_ms', 100, 'cap_ms', 500)))");
+$node->safe_psql('postgres',
+	"SELECT tide.relay_set_outbox('metadata', 'private', 'metadata', jsonb_build_object(
+	   'sink_type', 'webhook', 'url', 'http://169.254.169.254/latest/meta-data/', 'allow_http', true,
+	   'timeout_ms', 2000, 'retry', jsonb_build_object('base_ms', 100, 'cap_ms', 500)))");
+publish(2, 'private');
+my %blocked;
+for (1 .. 100)
+{
+	my $log = slurp_file($node->logfile, $log_offset);
+	$blocked{$_} = 1 for grep { $log =~ /pipeline "$_" is held .*blocked_ssrf/ } qw(private named metadata);
+	last if keys %blocked == 3;
+	usleep(100_000);
+}
+ok($blocked{private}, '127.0.0.1 without allow_private_network is logged as blocked_ssrf');
+ok($blocked{named}, 'localhost (refused after resolution) is logged as blocked_ssrf');
+ok($blocked{metadata}, 'the cloud metadata address is logged as blocked_ssrf');
+is(scalar(grep { $_->{path} eq '/private' } requests()), 0, 'nothing reaches the receiver from it');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM tide.relay_consumer_offsets WHERE pipeline_id IN ('private', 'named', 'metadata')"),
+	'0', 'the blocked pipelines record no offset');
+$node->safe_psql('postgres', "SELECT tide.relay_delete(p) FROM unnest(ARRAY['private', 'named', 'metadata']) p");
+
+# Commit-to-receipt latency with an hour's naptime: only a commit wakes it.
+$node->safe_psql('postgres', "ALTER SYSTEM SET pg_tide.relay_naptime_ms = '1h'");
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+usleep(1_000_000);
+my $t0 = time();
+@ids = publish(1);
+my $latency = wait_for_ids(\@ids, 15);
+note(sprintf('commit-to-receipt latency (from before psql starts): %.1f ms',
+		(defined $latency ? $latency : 999) * 1000));
+ok(defined $latency && $latency < 10, 'a commit reaches the receiver within 10 s with an hour\'s naptime');
+$node->safe_psql('postgres', "ALTER SYSTEM SET pg_tide.relay_naptime_ms = '100'");
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+
+# The receiver down (connection refused), then back: everything arrives.
+stop_receiver();
+@ids = publish(10);
+usleep(2_000_000);
+is(offset() < $ids[0] ? 1 : 0, 1, 'nothing is recorded while the receiver is down');
+start_receiver();
+ok(defined wait_for_ids(\@ids, 15), 'the receiver back, everything arrives');
+ok($node->poll_query_until('postgres',
+		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
+	'the offset ends at the last id');
+
+note(sprintf('test took %.1f s', time() - $t_start));
+stop_receiver();
+$node->stop;
+done_testing();
