@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: installs what is missing, builds and installs pg_tide, starts
 # a throwaway cluster with pg_tide preloaded, and shows messages published in
-# the application's own transactions and consumed by two consumer groups.
+# the application's own transactions, consumed by two consumer groups, and
+# delivered by the relay to a webhook receiver on this machine.
 # Run as root on Debian 12: test/demo.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -55,6 +56,45 @@ SELECT 'shipping-1' AS consumer, id, payload->>'order' AS "order", headers->>'ty
 SELECT group_name, committed_offset, newest_id, pending FROM tide.consumer_lag ORDER BY 1;
 SELECT jsonb_pretty(tide.outbox_status('orders') - 'consumer_groups') AS outbox_status;
 SQL
+
+log "delivery: the relay posts the messages to a webhook receiver on 127.0.0.1:8099"
+RECEIVED=$TIDE_CLUSTER/received.jsonl
+: >"$RECEIVED"
+chown postgres: "$RECEIVED"
+python3 "$TIDE_ROOT/test/receiver.py" 8099 "$RECEIVED" &
+RECEIVER_PID=$!
+trap 'kill $RECEIVER_PID 2>/dev/null || true' EXIT
+for _ in $(seq 50); do
+	python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8099/__health")' 2>/dev/null && break
+	sleep 0.1
+done
+"$PG_BIN/psql" -X -v ON_ERROR_STOP=1 -d postgres <<'SQL'
+\pset footer off
+\set QUIET on
+\echo '-- a webhook pipeline from outbox orders, signed, to a receiver on this machine'
+SELECT tide.relay_set_outbox('orders-webhook', 'orders', 'orders-webhook',
+	'{"sink_type": "webhook", "url": "http://127.0.0.1:8099/hooks/orders",
+	  "signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	  "allow_http": true, "allow_private_network": true}') \g /dev/null
+\echo '-- one more order is paid: the relay is woken by the commit'
+BEGIN;
+INSERT INTO orders VALUES (47, 'paid');
+SELECT tide.outbox_publish('orders', '{"order": 47, "status": "paid"}', '{"type": "order.paid"}') AS message_id;
+COMMIT;
+SQL
+for _ in $(seq 100); do
+	[ "$(wc -l <"$RECEIVED")" -ge 5 ] && break
+	sleep 0.1
+done
+echo "-- what the receiver got (webhook-id, signature, body; up to max_in_flight requests run at once, so they may arrive out of order):"
+python3 - "$RECEIVED" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    body = json.loads(r["body"])
+    print(r["headers"].get("webhook-id"), r["headers"].get("webhook-signature", "")[:24] + "...", json.dumps(body["payload"]))
+PY
+"$PG_BIN/psql" -X -d postgres -c "SELECT name, enabled, last_change_id FROM tide.relay_list_configs() JOIN tide.relay_consumer_offsets ON pipeline_id = name"
 
 log "the cluster keeps running; connect with: psql -h $PGHOST -p $PGPORT -U postgres"
 log "stop it with: runuser -u postgres -- $PG_BIN/pg_ctl -D $TIDE_CLUSTER/data stop"
