@@ -11,6 +11,11 @@
 
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
+
+/* Room for a message identity, or a batch's "<first identity>-<last id>". */
+#define RELAY_IDENTITY_SIZE (NAMEDATALEN * 2 + 64)
+
 /* One leased message, copied out of the lease transaction. */
 typedef struct RelayMessage
 {
@@ -97,5 +102,9 @@ RelaySinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 		snprintf(result->error, sizeof(result->error),
 				 "sink type \"%s\" cannot deliver yet", sink->sink_type);
 }
+
+/* message.c */
+extern void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
+extern void RelayAppendMessageJson(StringInfo buf, const char *outbox, const RelayMessage *m);
 
 #endif							/* TIDE_SINK_H */

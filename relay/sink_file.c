@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "lib/stringinfo.h"
-#include "utils/json.h"
 
 #include "sink.h"
 
@@ -51,26 +50,6 @@ write_all(int fd, const char *buf, size_t len)
 		len -= n;
 	}
 	return true;
-}
-
-/* Appends one message's JSON line to buf. */
-static void
-append_line(StringInfo buf, const char *outbox, const RelayMessage *m)
-{
-	char		idbuf[NAMEDATALEN * 2 + 64];
-
-	snprintf(idbuf, sizeof(idbuf), "outbox_%s:" INT64_FORMAT, outbox, m->id);
-	appendStringInfoString(buf, "{\"id\": ");
-	escape_json(buf, idbuf);
-	appendStringInfoString(buf, ", \"outbox\": ");
-	escape_json(buf, outbox);
-	appendStringInfo(buf, ", \"message_id\": " INT64_FORMAT ", \"payload\": ", m->id);
-	appendStringInfoString(buf, m->payload ? m->payload : "null");
-	appendStringInfoString(buf, ", \"headers\": ");
-	appendStringInfoString(buf, m->headers ? m->headers : "null");
-	appendStringInfoString(buf, ", \"created_at\": ");
-	appendStringInfoString(buf, m->created_at ? m->created_at : "null");
-	appendStringInfoString(buf, "}\n");
 }
 
 /* Cuts the file back to the size it had before the batch, as far as it can. */
@@ -105,7 +84,10 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 
 	initStringInfo(&buf);
 	for (i = 0; i < nmsgs; i++)
-		append_line(&buf, sink->outbox, &msgs[i]);
+	{
+		RelayAppendMessageJson(&buf, sink->outbox, &msgs[i]);
+		appendStringInfoChar(&buf, '\n');
+	}
 
 	fd = open(path, O_RDWR | O_APPEND | O_CREAT | PG_BINARY, S_IRUSR | S_IWUSR);
 	if (fd < 0)

@@ -175,26 +175,6 @@ read_header(char *buf, size_t size, size_t nitems, void *userdata)
 	return n;
 }
 
-/* Appends one message's JSON object (as the file sink writes it). */
-static void
-append_message(StringInfo buf, const char *outbox, const RelayMessage *m)
-{
-	char		idbuf[NAMEDATALEN * 2 + 64];
-
-	snprintf(idbuf, sizeof(idbuf), "outbox_%s:" INT64_FORMAT, outbox, m->id);
-	appendStringInfoString(buf, "{\"id\": ");
-	escape_json(buf, idbuf);
-	appendStringInfoString(buf, ", \"outbox\": ");
-	escape_json(buf, outbox);
-	appendStringInfo(buf, ", \"message_id\": " INT64_FORMAT ", \"payload\": ", m->id);
-	appendStringInfoString(buf, m->payload ? m->payload : "null");
-	appendStringInfoString(buf, ", \"headers\": ");
-	appendStringInfoString(buf, m->headers ? m->headers : "null");
-	appendStringInfoString(buf, ", \"created_at\": ");
-	appendStringInfoString(buf, m->created_at ? m->created_at : "null");
-	appendStringInfoChar(buf, '}');
-}
-
 /* Adds one header line to a list; false when curl is out of memory. */
 static bool
 add_header(struct curl_slist **list, const char *line)
@@ -284,7 +264,7 @@ prepare_request(WebhookRequest *r, const RelaySink *sink, const RelayMessage *ms
 				int first, int last, const char *ts)
 {
 	const RelayWebhookSinkConfig *cfg = &sink->u.webhook;
-	char		id[NAMEDATALEN * 2 + 64];
+	char		id[RELAY_IDENTITY_SIZE];
 	char		hdr[NAMEDATALEN * 2 + 128];
 	int			i;
 
@@ -300,18 +280,16 @@ prepare_request(WebhookRequest *r, const RelaySink *sink, const RelayMessage *ms
 		{
 			if (i > first)
 				appendStringInfoString(&r->body, ", ");
-			append_message(&r->body, sink->outbox, &msgs[i]);
+			RelayAppendMessageJson(&r->body, sink->outbox, &msgs[i]);
 		}
 		appendStringInfoChar(&r->body, ']');
 	}
 	else
-		append_message(&r->body, sink->outbox, &msgs[first]);
+		RelayAppendMessageJson(&r->body, sink->outbox, &msgs[first]);
 
-	if (first == last)
-		snprintf(id, sizeof(id), "outbox_%s:" INT64_FORMAT, sink->outbox, msgs[first].id);
-	else
-		snprintf(id, sizeof(id), "outbox_%s:" INT64_FORMAT "-" INT64_FORMAT,
-				 sink->outbox, msgs[first].id, msgs[last].id);
+	RelayMessageIdentity(id, sizeof(id), sink->outbox, msgs[first].id);
+	if (first != last)
+		snprintf(id + strlen(id), sizeof(id) - strlen(id), "-" INT64_FORMAT, msgs[last].id);
 
 	if (!add_header(&r->hdrs, "Content-Type: application/json") ||
 		!add_header(&r->hdrs, "Expect:") ||
