@@ -248,3 +248,9 @@ SELECT tide.drop_consumer_group('rc_file_group');
 -- clean up
 SELECT tide.outbox_drop('rc_orders');
 SELECT tide.outbox_drop('rc_payments');
+
+-- tide.relay_workers(): the regress cluster runs with pg_tide.relay_enabled
+-- = off, so no worker is listed; the columns are those documented.
+SELECT current_setting('pg_tide.relay_enabled') AS relay_enabled;
+SELECT count(*) AS workers FROM tide.relay_workers();
+SELECT pg_get_function_arguments('tide.relay_workers()'::regprocedure) AS columns;

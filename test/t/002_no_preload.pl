@@ -23,7 +23,8 @@ foreach my $call (
 	"SELECT tide.create_consumer_group('g', 'orders', 'latest')",
 	"SELECT * FROM tide.poll_outbox('g', 'c')",
 	"SELECT tide.wait_for_messages('g', 0)",
-	"SELECT tide.outbox_status('orders')")
+	"SELECT tide.outbox_status('orders')",
+	"SELECT * FROM tide.relay_workers()")
 {
 	my ($ret, $stdout, $stderr) =
 	  $node->psql('postgres', "\\set VERBOSITY verbose\n$call");
