@@ -33,6 +33,16 @@ ISOLATION_OPTS = --inputdir=test --load-extension=pg_tide
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
+# The webhook receiver the TAP tests start (test/receiver.c): built for
+# installcheck, not part of the extension's all.
+EXTRA_CLEAN = test/receiver
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# -Werror from PG_CFLAGS (as CI sets it) applies to the receiver too.
+test/receiver: test/receiver.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lmicrohttpd -lcjson -lcrypto -lpthread
+
+installcheck: test/receiver

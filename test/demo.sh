@@ -61,13 +61,18 @@ log "delivery: the relay posts the messages to a webhook receiver on 127.0.0.1:8
 RECEIVED=$TIDE_CLUSTER/received.jsonl
 : >"$RECEIVED"
 chown postgres: "$RECEIVED"
-python3 "$TIDE_ROOT/test/receiver.py" 8099 "$RECEIVED" &
+# test/receiver (test/receiver.c, libmicrohttpd) logs every request as a JSON line.
+make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config test/receiver
+"$TIDE_ROOT/test/receiver" 8099 "$RECEIVED" &
 RECEIVER_PID=$!
 trap 'kill $RECEIVER_PID 2>/dev/null || true' EXIT
 for _ in $(seq 50); do
-	python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8099/__health")' 2>/dev/null && break
+	perl -MHTTP::Tiny -e 'exit !HTTP::Tiny->new->get("http://127.0.0.1:8099/__health")->{success}' && break
 	sleep 0.1
 done
+# The receiver verifies the Standard Webhooks signatures with the pipeline's secret.
+perl -MHTTP::Tiny -e 'exit !HTTP::Tiny->new->post("http://127.0.0.1:8099/__control",
+	{content => q({"secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]})})->{success}'
 "$PG_BIN/psql" -X -v ON_ERROR_STOP=1 -d postgres <<'SQL'
 \pset footer off
 \set QUIET on
@@ -86,14 +91,13 @@ for _ in $(seq 100); do
 	[ "$(wc -l <"$RECEIVED")" -ge 5 ] && break
 	sleep 0.1
 done
-echo "-- what the receiver got (webhook-id, signature, body; up to max_in_flight requests run at once, so they may arrive out of order):"
-python3 - "$RECEIVED" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    body = json.loads(r["body"])
-    print(r["headers"].get("webhook-id"), r["headers"].get("webhook-signature", "")[:24] + "...", json.dumps(body["payload"]))
-PY
+echo "-- what the receiver got (webhook-id, signature, whether it verified, body; up to max_in_flight requests run at once, so they may arrive out of order):"
+perl -MJSON::PP -ne '
+	my $r = decode_json($_);
+	my $body = decode_json($r->{body});
+	printf "%s %s... verified=%s %s\n", $r->{headers}{"webhook-id"},
+		substr($r->{headers}{"webhook-signature"} // "", 0, 24), $r->{sig} ? "yes" : "no",
+		JSON::PP->new->canonical->encode($body->{payload});' "$RECEIVED"
 "$PG_BIN/psql" -X -d postgres -c "SELECT name, enabled, last_change_id FROM tide.relay_list_configs() JOIN tide.relay_consumer_offsets ON pipeline_id = name"
 
 log "the cluster keeps running; connect with: psql -h $PGHOST -p $PGPORT -U postgres"

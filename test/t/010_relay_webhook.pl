@@ -1,8 +1,8 @@
-# The relay delivers to a webhook (test/receiver.py on 127.0.0.1): every
+# The relay delivers to a webhook (test/receiver on 127.0.0.1): every
 # committed message arrives with webhook-id = Idempotency-Key =
 # outbox_orders:<id>, Standard Webhooks signatures that verify (two secrets:
-# both sign), the custom headers; batch mode sends arrays; 503s with
-# Retry-After are retried; the pg-tide signature verifies; a 400 holds the
+# both sign; checked here and by the receiver), the custom headers; batch
+# mode sends arrays; 503s with Retry-After are retried; the pg-tide signature verifies; a 400 holds the
 # pipeline without losing anything; a 410 disables it; private addresses
 # (127.0.0.1, localhost after resolution, the cloud metadata address)
 # without allow_private_network are refused (blocked_ssrf); a receiver that
@@ -16,8 +16,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode;
-use IPC::Run;
-use HTTP::Tiny;
+use PgTide::Receiver;
 use JSON::PP;
 use MIME::Base64 qw(decode_base64);
 use Digest::SHA qw(hmac_sha256_base64 hmac_sha256_hex);
@@ -25,56 +24,25 @@ use Time::HiRes qw(time usleep);
 
 my $node = tide_node('webhook', "pg_tide.relay_naptime_ms = 100\n");
 my $dir = PostgreSQL::Test::Utils::tempdir;
-my $reqlog = "$dir/requests.jsonl";
-my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $json = JSON::PP->new;
-my $http = HTTP::Tiny->new(timeout => 5);
 my @secrets = ('whsec_' . 'c2VjcmV0LW9uZS0xMjM0NTY3ODkw', 'whsec_' . 'YW5vdGhlci1zZWNyZXQ=');
-my $receiver;
+my $rcv = PgTide::Receiver->new(dir => $dir);
+my $port = $rcv->port;
 
-# Starts the receiver and waits until it answers.
+# Starts the receiver, which checks the Standard Webhooks signatures too.
 sub start_receiver
 {
-	$receiver = IPC::Run::start(
-		[ 'python3', "$FindBin::Bin/../receiver.py", $port, $reqlog ],
-		'<', \undef, '>', "$dir/receiver.out", '2>', "$dir/receiver.err");
-	for (1 .. 100)
-	{
-		return if $http->get("http://127.0.0.1:$port/__health")->{success};
-		usleep(50_000);
-	}
-	die "the receiver did not start";
+	$rcv->start;
+	$rcv->control({ secrets => \@secrets });
 }
 
-# Stops the receiver.
-sub stop_receiver
-{
-	$receiver->kill_kill;
-	$receiver = undef;
-}
+sub stop_receiver { $rcv->stop }
 
 # Tells the receiver how to answer.
-sub control
-{
-	my ($ctl) = @_;
-	my $r = $http->post("http://127.0.0.1:$port/__control",
-		{ content => $json->encode($ctl), headers => { 'Content-Type' => 'application/json' } });
-	die "control failed: $r->{status}" unless $r->{success};
-}
+sub control { $rcv->control(@_) }
 
 # Every request the receiver logged.
-sub requests
-{
-	my @r;
-	return @r unless -e $reqlog;
-	open(my $fh, '<', $reqlog) or die "cannot open $reqlog: $!";
-	while (my $l = <$fh>)
-	{
-		push @r, $json->decode($l);
-	}
-	close $fh;
-	return @r;
-}
+sub requests { return $rcv->requests }
 
 # The messages of a request's body (one object, or an array of them).
 sub messages_of
@@ -180,6 +148,7 @@ is(scalar(grep { my ($m) = messages_of($_);
 			  || $m->{id} ne "outbox_orders:$m->{message_id}" } @reqs),
 	0, 'webhook-id = Idempotency-Key = body id = outbox_orders:<id>');
 is(scalar(grep { !signature_ok($_) } @reqs), 0, 'every webhook-signature verifies, with both secrets');
+is(scalar(grep { !$_->{sig} } @reqs), 0, 'the receiver verifies every webhook-signature too');
 is(scalar(grep { ($_->{headers}{authorization} // '') ne 'Bearer t0k'
 			  || ($_->{headers}{'x-custom'} // '') ne 'yes' } @reqs),
 	0, 'the custom headers arrive');
@@ -215,6 +184,7 @@ my @mm = messages_of($multi[0]);
 is($multi[0]{headers}{'webhook-id'}, "outbox_orders:$mm[0]{message_id}-$mm[-1]{message_id}",
 	'a batch\'s webhook-id names its first and last id');
 is(scalar(grep { !signature_ok($_) } @batch), 0, 'batch signatures verify');
+is(scalar(grep { !$_->{sig} } @batch), 0, 'the receiver verifies the batch signatures too');
 
 # signature 'pg-tide': X-Pg-Tide-Signature, the first secret over the body.
 set_hook({ signature => 'pg-tide' });
