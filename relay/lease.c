@@ -5,16 +5,20 @@
  *		the sink delivers.
  *
  * 1. Lease: tide.poll_outbox(consumer_group, 'relay:<pipeline>', batch_size,
- *	  RELAY_LEASE_SECONDS) claims the next batch for the pipeline's consumer
- *	  (or hands back the lease it already holds), and the rows are copied
- *	  into the caller's memory before the transaction commits.
+ *	  lease_seconds) claims the next batch for the pipeline's consumer (or
+ *	  hands back the lease it already holds), and the rows are copied into
+ *	  the caller's memory before the transaction commits. Messages due for
+ *	  another attempt are taken from the pipeline's retry queue likewise.
  * 2. The caller delivers with no transaction open.
- * 3. Record: tide.commit_offset acknowledges the batch up to its last id,
- *	  which fails when the lease is no longer the consumer's, and
- *	  relay_consumer_offsets keeps the pipeline's durable offset, which only
- *	  moves forward. A failed delivery records nothing: the same consumer's
- *	  next poll returns the lease again, so every message is delivered at
- *	  least once.
+ * 3. Record, all in one transaction: tide.commit_offset acknowledges the
+ *	  lease up to the last message whose fate is known (an ERROR when the
+ *	  lease is no longer the consumer's) and relay_consumer_offsets keeps
+ *	  the pipeline's durable offset, which only moves forward; the failed
+ *	  messages among them go into the retry queue or relay_dlq with a copy
+ *	  of the message, and queued messages that were delivered leave the
+ *	  queue. The offset never passes a message that is not delivered,
+ *	  queued or dead-lettered in the same commit, and what is not recorded
+ *	  is leased again: every message is delivered at least once.
  */
 #include "postgres.h"
 
@@ -22,8 +26,11 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
 #include "relay.h"
@@ -78,7 +85,7 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
 	values[2] = Int32GetDatum(p->batch_size);
-	values[3] = Int32GetDatum(RELAY_LEASE_SECONDS);
+	values[3] = Int32GetDatum(p->lease_seconds);
 	if (SPI_execute_with_args("SELECT id, payload::text, headers::text, to_json(created_at)::text"
 							  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
 							  4, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
@@ -93,6 +100,7 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 		bool		isnull;
 
 		out[i].id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		out[i].outbox = p->outbox;
 		out[i].payload = copy_value(tup, desc, 2, cxt);
 		out[i].headers = copy_value(tup, desc, 3, cxt);
 		out[i].created_at = copy_value(tup, desc, 4, cxt);
@@ -103,44 +111,260 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 }
 
 /*
- * Records that the pipeline delivered its lease up to last_id: commits the
- * consumer's offset (an ERROR when the lease is no longer its own) and moves
- * the pipeline's durable offset forward. last_id 0 records no offset.
- * With disable (the receiver answered 410 Gone) the same transaction also
- * disables the pipeline.
+ * Takes the pipeline's queued messages that are due for another attempt,
+ * at most batch_size, oldest due first, copied into cxt as *msgs; sets
+ * *next_due to when the next of the others falls due (0: none queued).
+ * The queue is the worker's alone (one per database), so nothing is locked.
+ */
+int
+RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
+				 TimestampTz *next_due)
+{
+	Oid			argtypes[2] = {TEXTOID, INT4OID};
+	Datum		values[2];
+	int			n;
+	int			i;
+	bool		isnull;
+	RelayMessage *out;
+
+	begin_short_xact("pg_tide relay: taking messages to retry");
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = Int32GetDatum(p->batch_size);
+	if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM tide.relay_retry_queue"
+							  " WHERE pipeline_id = $1 AND next_attempt_at > clock_timestamp()",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
+	*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												  1, &isnull));
+	if (isnull)
+		*next_due = 0;
+	if (SPI_execute_with_args("SELECT message_id, payload::text, headers::text,"
+							  "       to_json(created_at)::text, attempts, outbox_name"
+							  "  FROM tide.relay_retry_queue"
+							  " WHERE pipeline_id = $1 AND next_attempt_at <= clock_timestamp()"
+							  " ORDER BY next_attempt_at, message_id LIMIT $2",
+							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
+
+	n = (int) SPI_processed;
+	out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		out[i].id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		out[i].payload = copy_value(tup, desc, 2, cxt);
+		out[i].headers = copy_value(tup, desc, 3, cxt);
+		out[i].created_at = copy_value(tup, desc, 4, cxt);
+		out[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		out[i].outbox = copy_value(tup, desc, 6, cxt);
+	}
+	end_short_xact(cxt);
+	*msgs = out;
+	return n;
+}
+
+/* Columns of the messages a settlement requeues or dead-letters, as arrays. */
+typedef struct SettledColumns
+{
+	int			n;
+	Datum	   *outbox;
+	Datum	   *id;
+	Datum	   *payload;
+	Datum	   *headers;
+	Datum	   *created_at;
+	Datum	   *attempts;
+	Datum	   *delay_or_reason;
+	Datum	   *status;
+	Datum	   *error_class;
+	Datum	   *error;
+	bool	   *headers_null;
+} SettledColumns;
+
+/* The messages of the settlement with disposition d, column by column. */
+static void
+settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
+{
+	int			i;
+
+	memset(c, 0, sizeof(*c));
+	c->outbox = palloc(sizeof(Datum) * s->n);
+	c->id = palloc(sizeof(Datum) * s->n);
+	c->payload = palloc(sizeof(Datum) * s->n);
+	c->headers = palloc(sizeof(Datum) * s->n);
+	c->created_at = palloc(sizeof(Datum) * s->n);
+	c->attempts = palloc(sizeof(Datum) * s->n);
+	c->delay_or_reason = palloc(sizeof(Datum) * s->n);
+	c->status = palloc(sizeof(Datum) * s->n);
+	c->error_class = palloc(sizeof(Datum) * s->n);
+	c->error = palloc(sizeof(Datum) * s->n);
+	c->headers_null = palloc(sizeof(bool) * s->n);
+	for (i = 0; i < s->n; i++)
+	{
+		const RelayMessage *m = &s->msgs[i];
+		const RelayMessageOutcome *o = &s->each[i];
+		int			k = c->n;
+
+		if (s->disp[i] != d)
+			continue;
+		c->outbox[k] = CStringGetTextDatum(m->outbox);
+		c->id[k] = Int64GetDatum(m->id);
+		c->payload[k] = CStringGetTextDatum(m->payload ? m->payload : "null");
+		c->headers_null[k] = (m->headers == NULL);
+		c->headers[k] = m->headers ? CStringGetTextDatum(m->headers) : (Datum) 0;
+		c->created_at[k] = CStringGetTextDatum(m->created_at ? m->created_at : "null");
+		c->attempts[k] = Int32GetDatum(s->attempts[i]);
+		c->delay_or_reason[k] = d == RELAY_DEAD ? CStringGetTextDatum(s->reason[i]) :
+			Int32GetDatum((int32) Min(s->delay_ms[i], (long) PG_INT32_MAX));
+		c->status[k] = Int32GetDatum((int32) o->status);
+		c->error_class[k] = CStringGetTextDatum(o->error_class[0] ? o->error_class : "error");
+		c->error[k] = CStringGetTextDatum(o->error);
+		c->n++;
+	}
+}
+
+/* A one-dimensional array of n Datums of a type. */
+static Datum
+make_array(Datum *elems, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, type,
+											  typlen, typbyval, typalign));
+}
+
+/*
+ * Writes the settled messages with disposition d (RELAY_REQUEUE: into the
+ * retry queue, or its row updated; RELAY_DEAD: out of the retry queue into
+ * relay_dlq, keeping when it first failed).
+ */
+static void
+record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDisposition d)
+{
+	Oid			argtypes[11] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, INT4ARRAYOID, d == RELAY_DEAD ? TEXTARRAYOID : INT4ARRAYOID,
+	INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[11];
+	SettledColumns c;
+	int			ret;
+
+	settled_columns(s, d, &c);
+	if (c.n == 0)
+		return;
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = make_array(c.outbox, NULL, c.n, TEXTOID);
+	values[2] = make_array(c.id, NULL, c.n, INT8OID);
+	values[3] = make_array(c.payload, NULL, c.n, TEXTOID);
+	values[4] = make_array(c.headers, c.headers_null, c.n, TEXTOID);
+	values[5] = make_array(c.created_at, NULL, c.n, TEXTOID);
+	values[6] = make_array(c.attempts, NULL, c.n, INT4OID);
+	values[7] = make_array(c.delay_or_reason, NULL, c.n, d == RELAY_DEAD ? TEXTOID : INT4OID);
+	values[8] = make_array(c.status, NULL, c.n, INT4OID);
+	values[9] = make_array(c.error_class, NULL, c.n, TEXTOID);
+	values[10] = make_array(c.error, NULL, c.n, TEXTOID);
+
+	if (d == RELAY_REQUEUE)
+		ret = SPI_execute_with_args(
+			"INSERT INTO tide.relay_retry_queue AS q"
+			"  (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,"
+			"   next_attempt_at, last_status, last_error_class, last_error)"
+			" SELECT $1, u.outbox, u.id, u.payload::jsonb, u.headers::jsonb,"
+			"        (u.created_at::jsonb #>> '{}')::timestamptz, u.attempts,"
+			"        clock_timestamp() + u.delay_ms * interval '1 millisecond',"
+			"        nullif(u.status, 0), u.error_class, u.error"
+			"   FROM unnest($2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			"        AS u(outbox, id, payload, headers, created_at, attempts, delay_ms, status, error_class, error)"
+			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
+			"    SET attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
+			"        last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
+			"        last_error = EXCLUDED.last_error",
+			11, argtypes, values, NULL, false, 0);
+	else
+		ret = SPI_execute_with_args(
+			"WITH u AS (SELECT * FROM unnest($2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			"             AS u(outbox, id, payload, headers, created_at, attempts, reason, status, error_class, error)),"
+			"     q AS (DELETE FROM tide.relay_retry_queue q USING u"
+			"            WHERE q.pipeline_id = $1 AND q.message_id = u.id"
+			"        RETURNING q.message_id, q.first_failed_at)"
+			" INSERT INTO tide.relay_dlq AS d"
+			"  (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts, reason,"
+			"   last_status, last_error_class, last_error, first_failed_at)"
+			" SELECT $1, u.outbox, u.id, u.payload::jsonb, u.headers::jsonb,"
+			"        (u.created_at::jsonb #>> '{}')::timestamptz, u.attempts, u.reason,"
+			"        nullif(u.status, 0), u.error_class, u.error, coalesce(q.first_failed_at, now())"
+			"   FROM u LEFT JOIN q ON q.message_id = u.id"
+			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
+			"    SET attempts = EXCLUDED.attempts, reason = EXCLUDED.reason,"
+			"        last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
+			"        last_error = EXCLUDED.last_error, dead_lettered_at = now()",
+			11, argtypes, values, NULL, false, 0);
+	if (ret != SPI_OK_INSERT)
+		elog(ERROR, "could not record the failed deliveries of pipeline \"%s\"", p->name);
+}
+
+/*
+ * Records a delivered batch in one transaction (see the top of this file):
+ * disables the pipeline after 410 Gone, commits the live lease up to
+ * offset_id (an ERROR when the lease is no longer the consumer's) and moves
+ * the durable offset forward, queues and dead-letters the failures, and
+ * takes delivered messages out of the retry queue.
  */
 void
-RelayRecordDelivered(const RelayPipeline *p, int64 last_id, bool disable, MemoryContext cxt)
+RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 {
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID};
 	Datum		values[5];
+	Datum	   *done = palloc(sizeof(Datum) * Max(s->n, 1));
+	int			ndone = 0;
+	int			i;
 
 	begin_short_xact("pg_tide relay: recording a delivery");
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
-	values[2] = Int64GetDatum(last_id);
+	values[2] = Int64GetDatum(s->offset_id);
 	values[3] = CStringGetTextDatum(p->name);
-	values[4] = CStringGetTextDatum(p->sink.outbox);
-	if (disable &&
+	values[4] = CStringGetTextDatum(p->outbox);
+	if (s->disable &&
 		SPI_execute_with_args("UPDATE tide.relay_outbox_config SET enabled = false WHERE name = $4",
 							  5, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline \"%s\"", p->name);
-	if (last_id <= 0)
+	if (s->offset_id > 0)
 	{
-		end_short_xact(cxt);
-		return;
+		if (SPI_execute_with_args("SELECT tide.commit_offset($1, $2, $3)",
+								  3, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not commit the offset of pipeline \"%s\"", p->name);
+		/* relay_group_id is the consumer group, as relay_set_outbox keeps it. */
+		if (SPI_execute_with_args("INSERT INTO tide.relay_consumer_offsets AS o"
+								  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, updated_at)"
+								  " VALUES ($1, $4, $5, $3, now())"
+								  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
+								  "   SET last_change_id = greatest(o.last_change_id, EXCLUDED.last_change_id),"
+								  "       updated_at = now()",
+								  5, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record the offset of pipeline \"%s\"", p->name);
 	}
-	if (SPI_execute_with_args("SELECT tide.commit_offset($1, $2, $3)",
-							  3, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not commit the offset of pipeline \"%s\"", p->name);
-	/* relay_group_id is the consumer group, as relay_set_outbox keeps it. */
-	if (SPI_execute_with_args("INSERT INTO tide.relay_consumer_offsets AS o"
-							  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, updated_at)"
-							  " VALUES ($1, $4, $5, $3, now())"
-							  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
-							  "   SET last_change_id = greatest(o.last_change_id, EXCLUDED.last_change_id),"
-							  "       updated_at = now()",
-							  5, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not record the offset of pipeline \"%s\"", p->name);
+	record_failures(p, s, RELAY_REQUEUE);
+	record_failures(p, s, RELAY_DEAD);
+	for (i = 0; i < s->n; i++)
+		if (s->disp[i] == RELAY_DONE)
+			done[ndone++] = Int64GetDatum(s->msgs[i].id);
+	if (ndone > 0)
+	{
+		Oid			types[2] = {TEXTOID, INT8ARRAYOID};
+		Datum		args[2];
+
+		args[0] = values[3];
+		args[1] = make_array(done, NULL, ndone, INT8OID);
+		if (SPI_execute_with_args("DELETE FROM tide.relay_retry_queue"
+								  " WHERE pipeline_id = $1 AND message_id = ANY ($2)",
+								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not update the retry queue of pipeline \"%s\"", p->name);
+	}
 	end_short_xact(cxt);
 }

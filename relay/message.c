@@ -22,15 +22,15 @@ RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id)
 
 /* Appends the message's JSON object to buf. */
 void
-RelayAppendMessageJson(StringInfo buf, const char *outbox, const RelayMessage *m)
+RelayAppendMessageJson(StringInfo buf, const RelayMessage *m)
 {
 	char		idbuf[RELAY_IDENTITY_SIZE];
 
-	RelayMessageIdentity(idbuf, sizeof(idbuf), outbox, m->id);
+	RelayMessageIdentity(idbuf, sizeof(idbuf), m->outbox, m->id);
 	appendStringInfoString(buf, "{\"id\": ");
 	escape_json(buf, idbuf);
 	appendStringInfoString(buf, ", \"outbox\": ");
-	escape_json(buf, outbox);
+	escape_json(buf, m->outbox);
 	appendStringInfo(buf, ", \"message_id\": " INT64_FORMAT ", \"payload\": ", m->id);
 	appendStringInfoString(buf, m->payload ? m->payload : "null");
 	appendStringInfoString(buf, ", \"headers\": ");

@@ -23,8 +23,13 @@
 #define RELAY_LAUNCHER_NAP_MS	3000
 /* How long a database's worker is not restarted after it stopped on an error. */
 #define RELAY_ERROR_BACKOFF_MS	10000
-/* How long a pipeline's lease lasts: a batch not recorded by then is leased again. */
-#define RELAY_LEASE_SECONDS		60
+/*
+ * How long a pipeline's lease outlasts its delivery (bounded by the sink's
+ * timeout_ms): a batch not recorded by then is leased again.
+ */
+#define RELAY_LEASE_MARGIN_SECONDS	60
+/* The longest Retry-After a receiver is obeyed for. */
+#define RELAY_MAX_RETRY_AFTER_MS	3600000L
 /* Batches a pipeline may deliver in one pass before the others get their turn. */
 #define RELAY_MAX_BATCHES_PER_PASS	10
 /* Databases with a pending pause or recheck request that shared memory remembers. */
@@ -72,6 +77,7 @@ typedef struct RelayShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	uint32		next_generation;
+	pg_atomic_uint64 retry_requests;	/* bumped when SQL queues retries (relay_dlq_retry) */
 	TimestampTz recheck_all_at; /* requests overflowed: look at every database */
 	RelayDbRequest requests[RELAY_MAX_DB_REQUESTS];
 	int			nslots;
@@ -82,15 +88,41 @@ typedef struct RelayShared
 typedef struct RelayPipeline
 {
 	char	   *name;
+	char	   *outbox;
 	char	   *consumer_group;
 	char	   *consumer;		/* 'relay:' || name, its consumer in the group */
 	int			batch_size;
+	int			lease_seconds;	/* outlasts the sink's longest delivery */
+	bool		strict;			/* ordering 'strict': hold at a failing message */
 	int			retry_base_ms;	/* backoff after a failed delivery */
 	int			retry_cap_ms;
-	int			retry_max_attempts;
+	int			retry_max_attempts; /* attempts before a message is dead-lettered */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
 	RelaySink	sink;
 } RelayPipeline;
+
+/* What recording a delivery does with one message of the batch. */
+typedef enum RelayDisposition
+{
+	RELAY_KEEP = 0,				/* nothing: acknowledged live, or left as it was */
+	RELAY_DONE,					/* delivered from the retry queue: leaves it */
+	RELAY_REQUEUE,				/* failed: (back) into the retry queue */
+	RELAY_DEAD					/* failed for good: into relay_dlq */
+} RelayDisposition;
+
+/* Everything one record transaction writes for a delivered batch. */
+typedef struct RelaySettlement
+{
+	int64		offset_id;		/* commit the live lease up to this id; 0: none */
+	bool		disable;		/* the receiver answered 410 Gone */
+	int			n;
+	const RelayMessage *msgs;
+	const RelayMessageOutcome *each;
+	RelayDisposition *disp;
+	int		   *attempts;		/* failed attempts, this one included */
+	long	   *delay_ms;		/* RELAY_REQUEUE: when to try again */
+	const char **reason;		/* RELAY_DEAD: 'permanent' or 'exhausted' */
+} RelaySettlement;
 
 /* GUCs */
 extern bool RelayEnabled;
@@ -113,8 +145,9 @@ extern void RelayInstallHooks(void);
 
 /* lease.c */
 extern int	RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs);
-extern void RelayRecordDelivered(const RelayPipeline *p, int64 last_id, bool disable,
-								 MemoryContext cxt);
+extern int	RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
+							 TimestampTz *next_due);
+extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

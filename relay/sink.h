@@ -1,10 +1,10 @@
 /*
  * sink.h
  *		The interface between the relay's worker loop and its sinks: a batch
- *		of leased messages goes in, success or a failure with its reason
- *		comes out. A sink runs with no transaction open and never raises an
- *		ERROR for a failed delivery: a failure is returned, logged by the
- *		caller, and the batch is delivered again on a later pass.
+ *		of messages goes in, an outcome for each message comes out. A sink
+ *		runs with no transaction open and never raises an ERROR for a failed
+ *		delivery: a failure is returned as data, and the worker decides
+ *		whether the message is retried, dead-lettered or leased again.
  */
 #ifndef TIDE_SINK_H
 #define TIDE_SINK_H
@@ -16,13 +16,18 @@
 /* Room for a message identity, or a batch's "<first identity>-<last id>". */
 #define RELAY_IDENTITY_SIZE (NAMEDATALEN * 2 + 64)
 
-/* One leased message, copied out of the lease transaction. */
+/*
+ * One message to deliver: leased from the outbox, or taken from the
+ * pipeline's retry queue (then attempts counts its failed attempts so far).
+ */
 typedef struct RelayMessage
 {
 	int64		id;
+	const char *outbox;			/* names it: outbox_<outbox>:<id> */
 	char	   *payload;		/* jsonb as JSON text */
 	char	   *headers;		/* jsonb as JSON text, or NULL */
 	char	   *created_at;		/* timestamptz as a JSON string, quotes included */
+	int			attempts;		/* failed attempts before this one */
 } RelayMessage;
 
 /* A file pipeline's settings, from its config. */
@@ -50,7 +55,7 @@ typedef struct RelayWebhookSinkConfig
 typedef struct RelaySink
 {
 	const char *sink_type;
-	const char *outbox;			/* names the messages: outbox_<outbox>:<id> */
+	bool		stop_at_failure;	/* ordering 'strict': send nothing after a failure */
 	union
 	{
 		RelayFileSinkConfig file;
@@ -59,22 +64,53 @@ typedef struct RelaySink
 } RelaySink;
 
 /*
- * The outcome of delivering one batch. A sink that can acknowledge part of
- * a batch sets acked to the length of the acknowledged prefix; ok means the
- * whole batch was acknowledged.
+ * What became of one message. A failure is either the message's own (the
+ * receiver answered it, or it timed out once sent) or the destination's
+ * (nothing could be sent: the name did not resolve, the connection was
+ * refused, the address is not allowed, the file cannot be written), which
+ * says nothing about the message.
+ */
+typedef enum RelayOutcome
+{
+	RELAY_NOT_SENT = 0,			/* not attempted: a failure came first */
+	RELAY_DELIVERED,			/* acknowledged */
+	RELAY_RETRYABLE,			/* 408, 425, 429, 5xx, a timeout: try again later */
+	RELAY_PERMANENT,			/* any other answer: trying again cannot help */
+	RELAY_UNREACHABLE			/* the destination's failure, not the message's */
+} RelayOutcome;
+
+typedef struct RelayMessageOutcome
+{
+	RelayOutcome outcome;
+	long		status;			/* HTTP status, or 0 */
+	long		retry_after_ms; /* the receiver's Retry-After, or -1 */
+	char		error_class[32];	/* http_4xx, http_5xx, timeout, connection, blocked_ssrf, ... */
+	char		error[256];		/* why it failed */
+} RelayMessageOutcome;
+
+/*
+ * The outcome of delivering a batch: one entry per message in `each`
+ * (allocated by RelaySinkDeliver), the acknowledged prefix, and whether the
+ * receiver answered 410 Gone.
  */
 typedef struct RelayDeliveryResult
 {
-	bool		ok;
-	int			acked;			/* messages acknowledged, from the first */
-	bool		permanent;		/* retrying the same request cannot help */
+	RelayMessageOutcome *each;
+	int			delivered;		/* messages acknowledged */
+	int			acked;			/* length of the acknowledged prefix */
 	bool		gone;			/* the receiver answered 410 Gone */
-	long		status;			/* HTTP status of the first failure, or 0 */
-	long		retry_after_ms; /* the receiver's Retry-After, or -1 */
-	int64		failed_id;		/* first message that failed, or 0 */
-	char		error_class[32];	/* http_status, timeout, connection, blocked_ssrf, ... */
-	char		error[256];		/* why it failed, when !ok */
 } RelayDeliveryResult;
+
+/* Sets one message's failure. */
+static inline void
+RelaySetFailure(RelayMessageOutcome *o, RelayOutcome outcome, const char *error_class,
+				long status, const char *error)
+{
+	o->outcome = outcome;
+	o->status = status;
+	strlcpy(o->error_class, error_class, sizeof(o->error_class));
+	strlcpy(o->error, error, sizeof(o->error));
+}
 
 /* sink_file.c */
 extern void RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,
@@ -89,22 +125,32 @@ static inline void
 RelaySinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 				 RelayDeliveryResult *result)
 {
+	int			i;
+
 	memset(result, 0, sizeof(*result));
-	result->retry_after_ms = -1;
+	result->each = palloc0(sizeof(RelayMessageOutcome) * Max(nmsgs, 1));
+	for (i = 0; i < nmsgs; i++)
+		result->each[i].retry_after_ms = -1;
 	if (strcmp(sink->sink_type, "file") == 0)
-	{
 		RelayFileSinkDeliver(sink, msgs, nmsgs, result);
-		result->acked = result->ok ? nmsgs : 0;
-	}
 	else if (strcmp(sink->sink_type, "webhook") == 0)
 		RelayWebhookSinkDeliver(sink, msgs, nmsgs, result);
 	else
-		snprintf(result->error, sizeof(result->error),
-				 "sink type \"%s\" cannot deliver yet", sink->sink_type);
+		for (i = 0; i < nmsgs; i++)
+			RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, "internal", 0,
+							"this sink type cannot deliver yet");
+	result->delivered = result->acked = 0;
+	for (i = 0; i < nmsgs; i++)
+		if (result->each[i].outcome == RELAY_DELIVERED)
+		{
+			result->delivered++;
+			if (result->acked == i)
+				result->acked++;
+		}
 }
 
 /* message.c */
 extern void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
-extern void RelayAppendMessageJson(StringInfo buf, const char *outbox, const RelayMessage *m);
+extern void RelayAppendMessageJson(StringInfo buf, const RelayMessage *m);
 
 #endif							/* TIDE_SINK_H */

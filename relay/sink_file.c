@@ -62,13 +62,20 @@ cut_back(int fd, off_t size)
 	}
 }
 
-/* Sets a failed result from errno. */
+/*
+ * Fails the whole batch from errno: a file that cannot be written is the
+ * destination's failure, not any message's.
+ */
 static void
-fail(RelayDeliveryResult *result, const char *what, const char *path)
+fail(RelayDeliveryResult *result, int nmsgs, const char *what, const char *path)
 {
-	result->ok = false;
-	snprintf(result->error, sizeof(result->error), "could not %s file \"%s\": %s",
+	char		error[256];
+	int			i;
+
+	snprintf(error, sizeof(error), "could not %s file \"%s\": %s",
 			 what, path, strerror(errno));
+	for (i = 0; i < nmsgs; i++)
+		RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, "file", 0, error);
 }
 
 /* Appends a batch to the sink's file: see the top of this file. */
@@ -81,24 +88,25 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 	struct stat st;
 	int			fd;
 	int			i;
+	bool		ok = false;
 
 	initStringInfo(&buf);
 	for (i = 0; i < nmsgs; i++)
 	{
-		RelayAppendMessageJson(&buf, sink->outbox, &msgs[i]);
+		RelayAppendMessageJson(&buf, &msgs[i]);
 		appendStringInfoChar(&buf, '\n');
 	}
 
 	fd = open(path, O_RDWR | O_APPEND | O_CREAT | PG_BINARY, S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
-		fail(result, "open", path);
+		fail(result, nmsgs, "open", path);
 		pfree(buf.data);
 		return;
 	}
 	if (fstat(fd, &st) != 0)
 	{
-		fail(result, "stat", path);
+		fail(result, nmsgs, "stat", path);
 		goto done;
 	}
 	if (st.st_size > 0)
@@ -109,7 +117,7 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 		{
 			if (!write_all(fd, "\n", 1))
 			{
-				fail(result, "write to", path);
+				fail(result, nmsgs, "write to", path);
 				goto done;
 			}
 			st.st_size++;
@@ -117,20 +125,22 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 	}
 	if (!write_all(fd, buf.data, buf.len))
 	{
-		fail(result, "write to", path);
+		fail(result, nmsgs, "write to", path);
 		cut_back(fd, st.st_size);
 		goto done;
 	}
 	if (sink->u.file.fsync && fsync(fd) != 0)
 	{
-		fail(result, "fsync", path);
+		fail(result, nmsgs, "fsync", path);
 		cut_back(fd, st.st_size);
 		goto done;
 	}
-	result->ok = true;
+	ok = true;
+	for (i = 0; i < nmsgs; i++)
+		result->each[i].outcome = RELAY_DELIVERED;
 
 done:
-	if (close(fd) != 0 && result->ok)
-		fail(result, "close", path);
+	if (close(fd) != 0 && ok)
+		fail(result, nmsgs, "close", path);
 	pfree(buf.data);
 }

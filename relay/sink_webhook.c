@@ -10,13 +10,16 @@
  *	  webhook-timestamp, the custom headers and the signatures.
  * 2. Run them: up to max_in_flight at once, waiting in curl_multi_poll
  *	  slices of 100 ms with CHECK_FOR_INTERRUPTS() between them, the whole
- *	  batch bounded by timeout_ms. After the first failure no new request
- *	  starts: what follows it is delivered again anyway.
- * 3. Classify: 2xx acknowledges; 408, 425, 429, 5xx, timeouts and connection
- *	  errors are retryable; other statuses are permanent (redirects are never
- *	  followed); an address refused by the SSRF check is permanent
- *	  (blocked_ssrf). The result acknowledges the longest prefix of the
- *	  batch whose requests all succeeded.
+ *	  batch bounded by timeout_ms. No new request starts after a failure
+ *	  with ordering 'strict' (what follows is delivered again anyway), nor
+ *	  after the destination itself failed (the others would fail alike).
+ * 3. Classify each message (sink.h): 2xx delivered; 408, 425, 429, 5xx and
+ *	  a timeout once connected are the message's retryable failures; other
+ *	  statuses its permanent failures (redirects are never followed; 410
+ *	  Gone also ends the pipeline); no connection at all (dns,
+ *	  conn_refused, tls, blocked_ssrf by the SSRF check) is the
+ *	  destination's failure; a request never started was not sent.
+ *	  Retry-After, in seconds or as an HTTP-date, comes back with it.
  *
  * Unless allow_private_network, the address curl is about to connect to
  * (after DNS resolution) is checked in CURLOPT_OPENSOCKETFUNCTION, so a
@@ -153,24 +156,42 @@ write_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* CURLOPT_HEADERFUNCTION: notes Retry-After (seconds). */
+/*
+ * CURLOPT_HEADERFUNCTION: notes Retry-After, given in seconds or as an
+ * HTTP-date (RFC 9110), as milliseconds from now.
+ */
 static size_t
 read_header(char *buf, size_t size, size_t nitems, void *userdata)
 {
 	WebhookRequest *r = userdata;
 	size_t		n = size * nitems;
 
-	if (n > 12 && n < 64 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
+	if (n > 12 && n < 128 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
 	{
-		char		tmp[64];
+		char		tmp[128];
+		char	   *v = tmp;
 		char	   *end;
 		long		secs;
+		time_t		when;
 
 		memcpy(tmp, buf + 12, n - 12);
 		tmp[n - 12] = '\0';
-		secs = strtol(tmp, &end, 10);
-		if (end != tmp && secs >= 0 && secs <= 86400)
-			r->retry_after_ms = secs * 1000;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		for (end = v + strlen(v); end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '); end--)
+			end[-1] = '\0';
+		secs = strtol(v, &end, 10);
+		if (end != v && *end == '\0')
+		{
+			if (secs >= 0 && secs <= 86400)
+				r->retry_after_ms = secs * 1000;
+		}
+		else if ((when = curl_getdate(v, NULL)) != -1)
+		{
+			time_t		now = time(NULL);
+
+			r->retry_after_ms = when > now ? (long) Min(when - now, 86400) * 1000 : 0;
+		}
 	}
 	return n;
 }
@@ -280,14 +301,14 @@ prepare_request(WebhookRequest *r, const RelaySink *sink, const RelayMessage *ms
 		{
 			if (i > first)
 				appendStringInfoString(&r->body, ", ");
-			RelayAppendMessageJson(&r->body, sink->outbox, &msgs[i]);
+			RelayAppendMessageJson(&r->body, &msgs[i]);
 		}
 		appendStringInfoChar(&r->body, ']');
 	}
 	else
-		RelayAppendMessageJson(&r->body, sink->outbox, &msgs[first]);
+		RelayAppendMessageJson(&r->body, &msgs[first]);
 
-	RelayMessageIdentity(id, sizeof(id), sink->outbox, msgs[first].id);
+	RelayMessageIdentity(id, sizeof(id), msgs[first].outbox, msgs[first].id);
 	if (first != last)
 		snprintf(id + strlen(id), sizeof(id) - strlen(id), "-" INT64_FORMAT, msgs[last].id);
 
@@ -349,49 +370,96 @@ request_ok(const WebhookRequest *r)
 	return r->done && r->code == CURLE_OK && r->status >= 200 && r->status < 300;
 }
 
-/* Fills the result's failure from a request that did not succeed. */
-static void
-describe_failure(const WebhookRequest *r, const RelayMessage *msgs, RelayDeliveryResult *result)
+/* Whether curl had connected a request to the receiver. */
+static bool
+request_connected(const WebhookRequest *r)
 {
-	result->failed_id = msgs[r->first].id;
-	result->retry_after_ms = r->retry_after_ms;
-	if (!r->done)
-	{
-		strlcpy(result->error_class, "timeout", sizeof(result->error_class));
-		snprintf(result->error, sizeof(result->error),
-				 "no answer within the batch's timeout_ms");
-	}
+	curl_off_t	t = 0;
+
+	return r->easy != NULL &&
+		curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0;
+}
+
+/*
+ * The outcome of a request, for each of its messages. A request never
+ * started is not sent; a connection that could not be made at all (name,
+ * refusal, TLS, the SSRF check) is the destination's failure; an answer or a
+ * timeout after connecting is the message's: 408, 425, 429 and 5xx and
+ * timeouts are retryable, any other status permanent (410 Gone also ends the
+ * pipeline).
+ */
+static void
+classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
+{
+	RelayMessageOutcome o;
+	int			i;
+
+	memset(&o, 0, sizeof(o));
+	o.retry_after_ms = r->retry_after_ms;
+	if (!r->started)
+		RelaySetFailure(&o, RELAY_NOT_SENT, "not_sent", 0,
+						"not sent: an earlier failure or the batch's timeout_ms came first");
+	else if (request_ok(r))
+		o.outcome = RELAY_DELIVERED;
 	else if (r->blocked)
-	{
-		result->permanent = true;
-		strlcpy(result->error_class, "blocked_ssrf", sizeof(result->error_class));
-		snprintf(result->error, sizeof(result->error),
-				 "blocked_ssrf: the URL resolves to a loopback, private, link-local or other "
-				 "non-public address; set \"allow_private_network\": true to allow it");
-	}
+		RelaySetFailure(&o, RELAY_UNREACHABLE, "blocked_ssrf", 0,
+						"blocked_ssrf: the URL resolves to a loopback, private, link-local or other "
+						"non-public address; set \"allow_private_network\": true to allow it");
+	else if (!r->done || r->code == CURLE_OPERATION_TIMEDOUT)
+		RelaySetFailure(&o, request_connected(r) ? RELAY_RETRYABLE : RELAY_UNREACHABLE,
+						"timeout", 0, request_connected(r) ?
+						"timeout: no answer within the batch's timeout_ms" :
+						"timeout: no connection within the batch's timeout_ms");
 	else if (r->code != CURLE_OK)
 	{
-		strlcpy(result->error_class,
-				r->code == CURLE_OPERATION_TIMEDOUT ? "timeout" :
-				r->code == CURLE_UNSUPPORTED_PROTOCOL ? "protocol" : "connection",
-				sizeof(result->error_class));
-		result->permanent = (r->code == CURLE_UNSUPPORTED_PROTOCOL ||
-							 r->code == CURLE_URL_MALFORMAT);
-		snprintf(result->error, sizeof(result->error), "%s: %s", result->error_class,
+		const char *cls;
+		bool		destination = true;
+		char		error[256];
+
+		switch (r->code)
+		{
+			case CURLE_COULDNT_RESOLVE_HOST:
+				cls = "dns";
+				break;
+			case CURLE_COULDNT_CONNECT:
+				cls = "conn_refused";
+				break;
+			case CURLE_SSL_CONNECT_ERROR:
+			case CURLE_PEER_FAILED_VERIFICATION:
+			case CURLE_SSL_CERTPROBLEM:
+			case CURLE_SSL_CIPHER:
+			case CURLE_SSL_CACERT_BADFILE:
+				cls = "tls";
+				break;
+			case CURLE_UNSUPPORTED_PROTOCOL:
+			case CURLE_URL_MALFORMAT:
+				cls = "protocol";
+				break;
+			default:
+				/* sent, then the connection broke: the message may be why */
+				cls = "connection";
+				destination = !request_connected(r);
+				break;
+		}
+		snprintf(error, sizeof(error), "%s: %s", cls,
 				 r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->code));
+		RelaySetFailure(&o, destination ? RELAY_UNREACHABLE : RELAY_RETRYABLE, cls, 0, error);
 	}
 	else
 	{
 		long		s = r->status;
+		char		error[256];
 
-		result->status = s;
-		result->gone = (s == 410);
-		result->permanent = !(s == 408 || s == 425 || s == 429 || (s >= 500 && s <= 599));
-		strlcpy(result->error_class, s == 410 ? "gone" : "http_status",
-				sizeof(result->error_class));
-		snprintf(result->error, sizeof(result->error), "HTTP status %ld%s%.120s", s,
+		snprintf(error, sizeof(error), "HTTP status %ld%s%.120s", s,
 				 r->resp_len > 0 ? ", response: " : "", r->resp);
+		RelaySetFailure(&o, (s == 408 || s == 425 || s == 429 || (s >= 500 && s <= 599)) ?
+						RELAY_RETRYABLE : RELAY_PERMANENT,
+						s >= 500 ? "http_5xx" : s >= 400 ? "http_4xx" : "http_3xx", s, error);
+		if (s == 410)
+			result->gone = true;
 	}
+	for (i = r->first; i <= r->last; i++)
+		result->each[i] = o;
 }
 
 /* Removes a request's easy handle from the multi handle and frees it. */
@@ -412,6 +480,31 @@ release_request(WebhookRequest *r)
 	}
 }
 
+/* Fails every message of the batch the same way: nothing could be sent. */
+static void
+fail_batch(RelayDeliveryResult *result, int nmsgs, const char *error)
+{
+	int			i;
+
+	for (i = 0; i < nmsgs; i++)
+		RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, "internal", 0, error);
+}
+
+/*
+ * Whether a finished request's failure should stop new requests: always
+ * with ordering 'strict' (what follows is delivered again anyway), and
+ * when the destination itself failed (the others would fail the same way).
+ */
+static bool
+stops_the_batch(const WebhookRequest *r, const RelaySink *sink)
+{
+	if (request_ok(r))
+		return false;
+	if (sink->stop_at_failure || r->blocked)
+		return true;
+	return r->code != CURLE_OK && !request_connected(r);
+}
+
 /* Delivers a batch to the sink's URL: see the top of this file. */
 void
 RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
@@ -422,19 +515,16 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 	int			nreqs = cfg->batch_mode ? 1 : nmsgs;
 	int			next = 0;
 	int			running = 0;
-	bool		failed = false;
+	bool		stopped = false;
 	char		ts[32];
 	instr_time	start;
 	int			i;
 
-	result->ok = false;
-	result->acked = 0;
 	if (!curl_ready)
 	{
 		if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		{
-			snprintf(result->error, sizeof(result->error), "could not initialise libcurl");
-			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			fail_batch(result, nmsgs, "could not initialise libcurl");
 			return;
 		}
 		curl_ready = true;
@@ -445,8 +535,7 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		multi = multis[cfg->allow_private_network ? 1 : 0] = curl_multi_init();
 		if (multi == NULL)
 		{
-			snprintf(result->error, sizeof(result->error), "could not create a libcurl multi handle");
-			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			fail_batch(result, nmsgs, "could not create a libcurl multi handle");
 			return;
 		}
 		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
@@ -459,8 +548,7 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		if (!prepare_request(&reqs[i], sink, msgs, cfg->batch_mode ? 0 : i,
 							 cfg->batch_mode ? nmsgs - 1 : i, ts))
 		{
-			snprintf(result->error, sizeof(result->error), "could not prepare a request");
-			strlcpy(result->error_class, "internal", sizeof(result->error_class));
+			fail_batch(result, nmsgs, "could not prepare a request");
 			nreqs = i + 1;
 			goto cleanup;
 		}
@@ -480,17 +568,16 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		elapsed_ms = (long) INSTR_TIME_GET_MILLISEC(now);
 		left_ms = cfg->timeout_ms - elapsed_ms;
 
-		/* Start what the in-flight limit allows, unless a request failed. */
-		while (!failed && next < nreqs && running < cfg->max_in_flight && left_ms > 0)
+		/* Start what the in-flight limit allows, unless the batch stopped. */
+		while (!stopped && next < nreqs && running < cfg->max_in_flight && left_ms > 0)
 		{
 			WebhookRequest *r = &reqs[next++];
 
 			curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, Max(left_ms, 1L));
 			if (curl_multi_add_handle(multi, r->easy) != CURLM_OK)
 			{
-				r->done = true;
-				r->code = CURLE_FAILED_INIT;
-				failed = true;
+				/* not started: the batch is leased again */
+				stopped = true;
 				break;
 			}
 			r->started = true;
@@ -517,36 +604,18 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 			r->code = m->data.result;
 			curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &r->status);
 			running--;
-			if (!request_ok(r))
-				failed = true;
+			if (stops_the_batch(r, sink))
+				stopped = true;
 		}
-		if (running == 0 && (failed || next >= nreqs))
+		if (running == 0 && (stopped || next >= nreqs))
 			break;
 		if (running > 0)
 			curl_multi_poll(multi, NULL, 0, (int) Min(left_ms, WEBHOOK_POLL_SLICE_MS), NULL);
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	/* The acknowledged prefix: messages up to the first request not acknowledged. */
 	for (i = 0; i < nreqs; i++)
-	{
-		if (!request_ok(&reqs[i]))
-		{
-			if (reqs[i].started || reqs[i].done)
-				describe_failure(&reqs[i], msgs, result);
-			else if (result->error[0] == '\0')
-			{
-				/* never started: the batch's timeout ran out first */
-				describe_failure(&reqs[i], msgs, result);
-			}
-			break;
-		}
-		result->acked = reqs[i].last + 1;
-	}
-	/* A later request may have failed first while this one was still running. */
-	if (i < nreqs && result->error[0] == '\0')
-		describe_failure(&reqs[i], msgs, result);
-	result->ok = (result->acked == nmsgs);
+		classify_request(&reqs[i], result);
 
 cleanup:
 	for (i = 0; i < nreqs; i++)

@@ -147,7 +147,8 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 					"       CASE WHEN jsonb_typeof(config #> '{retry,max_attempts}') = 'number'"
 					"            THEN least(greatest((config #>> '{retry,max_attempts}')::numeric, 1), 100)::int"
 					"            ELSE 10 END,"
-					"       md5(config::text)"
+					"       md5(config::text),"
+					"       config ->> 'ordering' IS NOT DISTINCT FROM 'strict'"
 					"  FROM tide.relay_outbox_config"
 					" WHERE enabled AND config ? 'consumer_group' AND config ? 'outbox'"
 					"   AND ((config ->> 'sink_type' = 'file' AND config ? 'path')"
@@ -167,8 +168,11 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 			p->name = pstrdup(SPI_getvalue(tup, desc, 1));
 			p->consumer_group = pstrdup(SPI_getvalue(tup, desc, 2));
 			p->consumer = psprintf("relay:%s", p->name);
-			p->sink.outbox = pstrdup(SPI_getvalue(tup, desc, 3));
+			p->outbox = pstrdup(SPI_getvalue(tup, desc, 3));
 			p->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+			p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
+			p->strict = DatumGetBool(SPI_getbinval(tup, desc, 21, &isnull));
+			p->sink.stop_at_failure = p->strict;
 			p->retry_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 17, &isnull));
 			p->retry_cap_ms = Max(p->retry_base_ms,
 								  DatumGetInt32(SPI_getbinval(tup, desc, 18, &isnull)));
@@ -191,6 +195,7 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 				w->batch_mode = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull)) && !isnull;
 				w->max_in_flight = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
 				w->timeout_ms = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
+				p->lease_seconds += (w->timeout_ms + 999) / 1000;
 				v = SPI_getvalue(tup, desc, 12);
 				w->headers = v ? pstrdup(v) : NULL;
 				v = SPI_getvalue(tup, desc, 13);
@@ -208,197 +213,339 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 }
 
 /*
- * A pipeline's retry state, kept in the worker's memory: when its next
- * attempt may start and how many attempts in a row have failed. Lost when
- * the worker restarts, which only means an early retry.
+ * A pipeline's state in the worker's memory: whether it is held (its
+ * destination failing, or with ordering 'strict' a message failing) and
+ * until when, and when its retry queue is next looked at. Lost when the
+ * worker restarts, which only means an early attempt: what must survive a
+ * crash (the retry queue, the dead letters, the offset) is in tables.
  */
-typedef struct PipelineRetry
+typedef struct PipelineState
 {
 	char	   *name;
-	char		config_md5[33]; /* the config the failures happened with */
-	TimestampTz next_attempt_at;
-	int			attempts;
-} PipelineRetry;
+	char		config_md5[33]; /* the config the state was reached with */
+	TimestampTz held_until;		/* 0: not held */
+	int			holds;			/* failed attempts in a row while held */
+	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
+} PipelineState;
 
-#define RELAY_MAX_RETRY_STATES 256
+#define RELAY_MAX_PIPELINE_STATES 256
 
-static PipelineRetry retry_states[RELAY_MAX_RETRY_STATES];
-static int	n_retry_states = 0;
+static PipelineState pipeline_states[RELAY_MAX_PIPELINE_STATES];
+static int	n_pipeline_states = 0;
 
-/* The earliest next attempt of a pipeline waiting to retry, or 0. */
-static TimestampTz earliest_retry = 0;
+/* When the worker must wake for a held pipeline or a due retry, or 0. */
+static TimestampTz earliest_due = 0;
 
-/* The retry state of a pipeline, created (in TopMemoryContext) when asked. */
-static PipelineRetry *
-pipeline_retry(const char *name, bool create)
+/* Relay->retry_requests when the worker last looked: SQL queued retries. */
+static uint64 seen_retry_requests = 0;
+
+/* Notes a time the worker must wake at for a pipeline. */
+static void
+wake_at(TimestampTz t)
 {
+	if (t != 0 && t != DT_NOEND && (earliest_due == 0 || t < earliest_due))
+		earliest_due = t;
+}
+
+/* The state of a pipeline, created when missing. */
+static PipelineState *
+pipeline_state(const RelayPipeline *p)
+{
+	PipelineState *st = NULL;
 	int			i;
 
-	for (i = 0; i < n_retry_states; i++)
-		if (strcmp(retry_states[i].name, name) == 0)
-			return &retry_states[i];
-	if (!create)
-		return NULL;
-	if (n_retry_states == RELAY_MAX_RETRY_STATES)
+	for (i = 0; i < n_pipeline_states && st == NULL; i++)
+		if (strcmp(pipeline_states[i].name, p->name) == 0)
+			st = &pipeline_states[i];
+	if (st == NULL)
 	{
-		/* Forget the one with the earliest next attempt: it waits least. */
-		int			oldest = 0;
-
-		for (i = 1; i < n_retry_states; i++)
-			if (retry_states[i].next_attempt_at < retry_states[oldest].next_attempt_at)
-				oldest = i;
-		pfree(retry_states[oldest].name);
-		retry_states[oldest] = retry_states[--n_retry_states];
+		if (n_pipeline_states == RELAY_MAX_PIPELINE_STATES)
+		{
+			/* Forget the first; it is only looked at again a little early. */
+			pfree(pipeline_states[0].name);
+			pipeline_states[0] = pipeline_states[--n_pipeline_states];
+		}
+		st = &pipeline_states[n_pipeline_states++];
+		st->name = MemoryContextStrdup(TopMemoryContext, p->name);
+		st->config_md5[0] = '\0';
 	}
-	retry_states[n_retry_states].name = MemoryContextStrdup(TopMemoryContext, name);
-	retry_states[n_retry_states].config_md5[0] = '\0';
-	retry_states[n_retry_states].next_attempt_at = 0;
-	retry_states[n_retry_states].attempts = 0;
-	return &retry_states[n_retry_states++];
+	/* A new or changed config (a fixed URL, say) is tried at once. */
+	if (strcmp(st->config_md5, p->config_md5) != 0)
+	{
+		strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
+		st->held_until = 0;
+		st->holds = 0;
+		st->retry_check_at = 0;
+	}
+	return st;
 }
 
 /*
- * How long a pipeline waits after its attempts-th failure in a row:
- * exponential from retry.base_ms, capped at retry.cap_ms, with jitter (the
- * upper half of the interval), or what Retry-After asked, within the cap;
- * at the cap once the failure is permanent or the attempts are used up.
+ * How long to wait before attempt `attempts` + 1: exponential from
+ * retry.base_ms, capped at retry.cap_ms, with jitter (the upper half of the
+ * interval); never sooner than the receiver's Retry-After, which is obeyed
+ * up to RELAY_MAX_RETRY_AFTER_MS even beyond the cap.
  */
 static long
-retry_delay_ms(const RelayPipeline *p, int attempts, const RelayDeliveryResult *r, bool held)
+retry_delay_ms(const RelayPipeline *p, int attempts, long retry_after_ms)
 {
 	double		d = p->retry_base_ms;
+	long		delay;
 	int			i;
 
-	if (p->retry_cap_ms <= 0)
-		return 0;
-	if (held)
-		return p->retry_cap_ms;
-	if (r->retry_after_ms >= 0)
-		return Max(Min(r->retry_after_ms, (long) p->retry_cap_ms), 1L);
 	for (i = 1; i < attempts && d < p->retry_cap_ms; i++)
 		d *= 2;
 	d = Min(d, (double) p->retry_cap_ms);
-	return Max((long) p->retry_base_ms,
-			   (long) (d / 2 + pg_prng_double(&pg_global_prng_state) * d / 2));
+	delay = p->retry_cap_ms <= 0 ? 0 :
+		Max((long) p->retry_base_ms,
+			(long) (d / 2 + pg_prng_double(&pg_global_prng_state) * d / 2));
+	if (retry_after_ms > delay)
+		delay = Min(retry_after_ms, (long) RELAY_MAX_RETRY_AFTER_MS);
+	return delay;
+}
+
+/* Whether a message's attempt failed in a way the message itself answers for. */
+static bool
+message_failed(RelayOutcome o)
+{
+	return o == RELAY_RETRYABLE || o == RELAY_PERMANENT;
 }
 
 /*
- * Deals with a delivery that was not acknowledged in full: records the
- * acknowledged prefix (and, after 410 Gone, disables the pipeline in the
- * same transaction), logs, and sets the pipeline's next attempt.
+ * Holds a pipeline after a failure that says nothing about the messages
+ * behind it: its destination failing, or ordering 'strict' at a failing
+ * message. Nothing is sent until the hold ends; what was not recorded is
+ * leased again then. A strict hold at a permanent failure, or after
+ * max_attempts, waits retry.cap_ms between attempts; nothing is skipped.
  */
 static void
-delivery_failed(const RelayPipeline *p, const RelayMessage *msgs, int n,
-				const RelayDeliveryResult *result, MemoryContext cxt)
+hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
+			  const RelayMessageOutcome *o)
 {
-	PipelineRetry *st = pipeline_retry(p->name, true);
-	int64		from = result->acked > 0 ? msgs[result->acked].id : msgs[0].id;
-	bool		held;
+	bool		at_cap = o->outcome == RELAY_PERMANENT ||
+		(p->strict && st->holds + 1 >= p->retry_max_attempts);
 	long		delay;
 
-	if (result->acked > 0 || result->gone)
-		RelayRecordDelivered(p, result->acked > 0 ? msgs[result->acked - 1].id : 0,
-							 result->gone, cxt);
-	if (result->gone)
+	st->holds++;
+	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->retry_after_ms);
+	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
+	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
+	ereport(LOG,
+			(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s",
+					p->name, m->id, o->error),
+			 p->strict ?
+			 errdetail("Ordering is strict: no message after it is delivered before it; attempt %d.",
+					   st->holds) :
+			 errdetail("The destination failed (%s), not the message; attempt %d in a row. Nothing is dead-lettered for it.",
+					   o->error_class, st->holds),
+			 errhint("The pipeline tries again in %ld ms.", delay)));
+}
+
+/* What happens to the batch's messages after their delivery. */
+typedef enum BatchEnd
+{
+	BATCH_DONE,					/* settled; nothing more waits */
+	BATCH_FULL,					/* settled, and a full batch: more may wait */
+	BATCH_HELD					/* the pipeline is held or disabled */
+} BatchEnd;
+
+/*
+ * Delivers a batch (live from the lease, or from the retry queue) and
+ * records what became of each message, in one transaction:
+ *
+ * - Live, default ordering: the offset moves over every message whose fate
+ *	 is known (delivered, or failed by its own answer), and the failed ones
+ *	 are queued for retry (or dead-lettered: a permanent failure, or the
+ *	 last of max_attempts), so one failing message holds back no other. A
+ *	 destination failure stops the offset there and holds the pipeline.
+ * - Live, ordering 'strict': the offset moves over the delivered prefix and
+ *	 the pipeline is held at the first failure.
+ * - From the retry queue: delivered messages leave it, failed ones are
+ *	 scheduled again or dead-lettered, the others stay as they were.
+ * - 410 Gone records what was delivered and disables the pipeline.
+ */
+static BatchEnd
+deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int n,
+			  bool from_queue, MemoryContext cxt)
+{
+	RelayDeliveryResult r;
+	RelaySettlement s;
+	int			settled;
+	int			i;
+	int			ndead = 0;
+	int			nqueued = 0;
+	long		first_delay = -1;
+
+	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
+	RelaySinkDeliver(&p->sink, msgs, n, &r);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	memset(&s, 0, sizeof(s));
+	s.n = n;
+	s.msgs = msgs;
+	s.each = r.each;
+	s.disp = palloc0(sizeof(RelayDisposition) * n);
+	s.attempts = palloc0(sizeof(int) * n);
+	s.delay_ms = palloc0(sizeof(long) * n);
+	s.reason = palloc0(sizeof(char *) * n);
+
+	/* How many messages, from the first, this record may settle. */
+	if (r.gone)
+		settled = from_queue ? n : r.acked;
+	else if (from_queue)
+		settled = n;
+	else if (p->strict)
+		settled = r.acked;
+	else
+		for (settled = 0; settled < n; settled++)
+			if (r.each[settled].outcome != RELAY_DELIVERED &&
+				!message_failed(r.each[settled].outcome))
+				break;
+
+	for (i = 0; i < settled; i++)
+	{
+		const RelayMessageOutcome *o = &r.each[i];
+
+		if (o->outcome == RELAY_DELIVERED)
+			s.disp[i] = from_queue ? RELAY_DONE : RELAY_KEEP;
+		else if (message_failed(o->outcome) && !r.gone)
+		{
+			s.attempts[i] = msgs[i].attempts + 1;
+			if (o->outcome == RELAY_PERMANENT || s.attempts[i] >= p->retry_max_attempts)
+			{
+				s.disp[i] = RELAY_DEAD;
+				s.reason[i] = o->outcome == RELAY_PERMANENT ? "permanent" : "exhausted";
+				ndead++;
+			}
+			else
+			{
+				s.disp[i] = RELAY_REQUEUE;
+				s.delay_ms[i] = retry_delay_ms(p, s.attempts[i], o->retry_after_ms);
+				if (first_delay < 0 || s.delay_ms[i] < first_delay)
+					first_delay = s.delay_ms[i];
+				nqueued++;
+			}
+		}
+	}
+	if (!from_queue && settled > 0)
+		s.offset_id = msgs[settled - 1].id;
+	s.disable = r.gone;
+	RelayRecord(p, &s, cxt);
+
+	if (nqueued > 0)
+	{
+		TimestampTz due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), first_delay);
+
+		if (st->retry_check_at == DT_NOEND || due < st->retry_check_at)
+			st->retry_check_at = due;
+		ereport(DEBUG1,
+				(errmsg("pg_tide relay pipeline \"%s\" queued %d of %d messages for another attempt",
+						p->name, nqueued, n)));
+	}
+	if (ndead > 0)
+		for (i = 0; i < n; i++)
+			if (s.disp[i] == RELAY_DEAD)
+				ereport(LOG,
+						(errmsg("pg_tide relay pipeline \"%s\" dead-lettered message " INT64_FORMAT " of outbox \"%s\" after %d attempt%s: %s",
+								p->name, msgs[i].id, msgs[i].outbox, s.attempts[i],
+								s.attempts[i] == 1 ? "" : "s", r.each[i].error),
+						 errhint("tide.relay_dlq_list() shows it; tide.relay_dlq_retry() delivers it again.")));
+
+	if (r.gone)
 	{
 		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is disabled: the receiver answered 410 Gone for messages " INT64_FORMAT " to " INT64_FORMAT,
-						p->name, from, msgs[n - 1].id),
-				 errdetail("%s", result->error),
+				(errmsg("pg_tide relay pipeline \"%s\" is disabled: the receiver answered 410 Gone",
+						p->name),
 				 errhint("Enable it again with tide.relay_enable() once the receiver accepts deliveries.")));
-		st->attempts = 0;
-		st->next_attempt_at = 0;
-		return;
+		st->held_until = 0;
+		st->holds = 0;
+		return BATCH_HELD;
 	}
-	strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
-	st->attempts++;
-	held = result->permanent || st->attempts >= p->retry_max_attempts;
-	delay = retry_delay_ms(p, st->attempts, result, held);
-	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
-	st->next_attempt_at = delay > 0 ?
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
-	if (held)
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s failure (%s, status %ld) delivering messages " INT64_FORMAT " to " INT64_FORMAT ", attempt %d",
-						p->name, from, result->permanent ? "permanent" : "repeated",
-						result->error_class[0] ? result->error_class : "error",
-						result->status, from, msgs[n - 1].id, st->attempts),
-				 errdetail("%s", result->error),
-				 errhint("Nothing is dropped: the pipeline retries every %d ms and does not advance until the receiver accepts; dead letters are not implemented yet.",
-						 p->retry_cap_ms)));
-	else
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" could not deliver messages " INT64_FORMAT " to " INT64_FORMAT " (%s, status %ld): %s",
-						p->name, from, msgs[n - 1].id,
-						result->error_class[0] ? result->error_class : "error",
-						result->status, result->error),
-				 delay > 0 ?
-				 errdetail("Attempt %d of %d; the batch is delivered again in %ld ms.",
-						   st->attempts, p->retry_max_attempts, delay) :
-				 errdetail("The batch is delivered again on a later pass.")));
+
+	/* Live: the first message not settled holds the pipeline. */
+	if (!from_queue && settled < n)
+	{
+		hold_pipeline(p, st, &msgs[settled], &r.each[settled]);
+		return BATCH_HELD;
+	}
+	/* From the queue: a destination failure left messages as they were. */
+	for (i = 0; from_queue && i < n; i++)
+		if (r.each[i].outcome == RELAY_UNREACHABLE)
+		{
+			hold_pipeline(p, st, &msgs[i], &r.each[i]);
+			return BATCH_HELD;
+		}
+	st->held_until = 0;
+	st->holds = 0;
+	return n == p->batch_size ? BATCH_FULL : BATCH_DONE;
 }
 
 /*
- * Delivers a pipeline's batches, each leased, delivered with no transaction
- * open and recorded; at most RELAY_MAX_BATCHES_PER_PASS of them, so other
- * pipelines get their turn. Returns true when the last batch was full: the
- * pipeline has more to deliver at once. A pipeline whose next attempt lies
- * in the future is passed over; a failed delivery records its acknowledged
- * prefix, is logged and ends the pipeline's turn; its lease is returned to
- * it on a later pass.
+ * Delivers a pipeline's messages due for another attempt, one batch, if
+ * its retry queue may hold any by now. Returns how the batch ended.
+ */
+static BatchEnd
+deliver_retries(const RelayPipeline *p, PipelineState *st, MemoryContext cxt)
+{
+	RelayMessage *msgs;
+	TimestampTz next_due;
+	int			n;
+
+	if (st->retry_check_at > GetCurrentTimestamp())
+		return BATCH_DONE;
+	n = RelayTakeRetries(p, cxt, &msgs, &next_due);
+	/* Empty: looked at again when the worker queues one, or SQL asks. */
+	st->retry_check_at = next_due != 0 ? next_due : DT_NOEND;
+	if (n == 0)
+		return BATCH_DONE;
+	if (n == p->batch_size)
+		st->retry_check_at = 0;
+	return deliver_batch(p, st, msgs, n, true, cxt);
+}
+
+/*
+ * A pipeline's turn: the messages due for another attempt, then live
+ * batches, each leased, delivered with no transaction open and recorded;
+ * at most RELAY_MAX_BATCHES_PER_PASS live batches, so other pipelines get
+ * their turn. A held pipeline is passed over until its hold ends. Returns
+ * true when the pipeline has more to deliver at once.
  */
 static bool
 deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 {
+	PipelineState *st = pipeline_state(p);
+	BatchEnd	end;
 	int			batch;
-	PipelineRetry *st = pipeline_retry(p->name, false);
+	bool		more;
 
-	/* A changed config (a fixed URL, say) is tried at once, from attempt 1. */
-	if (st && strcmp(st->config_md5, p->config_md5) != 0)
+	if (st->held_until > GetCurrentTimestamp())
 	{
-		st->attempts = 0;
-		st->next_attempt_at = 0;
-	}
-	if (st && st->next_attempt_at > GetCurrentTimestamp())
-	{
-		if (earliest_retry == 0 || st->next_attempt_at < earliest_retry)
-			earliest_retry = st->next_attempt_at;
+		wake_at(st->held_until);
 		return false;
 	}
 
-	for (batch = 0; batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
+	end = deliver_retries(p, st, cxt);
+	more = (end == BATCH_FULL);
+	for (batch = 0; end != BATCH_HELD && batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
 	{
 		RelayMessage *msgs;
-		RelayDeliveryResult result;
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
 		n = RelayLeaseBatch(p, cxt, &msgs);
 		if (n == 0)
-			return false;
-
-		pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
-		RelaySinkDeliver(&p->sink, msgs, n, &result);
-		pgstat_report_activity(STATE_IDLE, NULL);
-		if (!result.ok)
-		{
-			delivery_failed(p, msgs, n, &result, cxt);
-			st = pipeline_retry(p->name, false);
-			if (st && st->next_attempt_at > 0 &&
-				(earliest_retry == 0 || st->next_attempt_at < earliest_retry))
-				earliest_retry = st->next_attempt_at;
-			return false;
-		}
-		RelayRecordDelivered(p, msgs[n - 1].id, false, cxt);
-		if (st)
-		{
-			st->attempts = 0;
-			st->next_attempt_at = 0;
-		}
-		if (n < p->batch_size)
-			return false;
+			break;
+		end = deliver_batch(p, st, msgs, n, false, cxt);
+		if (end != BATCH_FULL)
+			break;
+		if (batch == RELAY_MAX_BATCHES_PER_PASS - 1)
+			more = true;
 	}
-	return true;
+	if (end == BATCH_HELD)
+		more = false;
+	wake_at(st->held_until);
+	wake_at(st->retry_check_at);
+	return more;
 }
 
 /*
@@ -412,7 +559,14 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 	ListCell   *lc;
 	volatile bool more = false;
 
-	earliest_retry = 0;
+	earliest_due = 0;
+	/* Retries queued by SQL (relay_dlq_retry): every queue is looked at. */
+	if (pg_atomic_read_u64(&Relay->retry_requests) != seen_retry_requests)
+	{
+		seen_retry_requests = pg_atomic_read_u64(&Relay->retry_requests);
+		for (int i = 0; i < n_pipeline_states; i++)
+			pipeline_states[i].retry_check_at = 0;
+	}
 	foreach(lc, pipelines)
 	{
 		RelayPipeline *p = lfirst(lc);
@@ -507,11 +661,11 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 		TimestampDifference(start, GetCurrentTimestamp(), &secs, &usecs);
 		elapsed_ms = secs * 1000 + usecs / 1000;
 		remaining = RelayNaptimeMs - elapsed_ms;
-		if (earliest_retry != 0)
+		if (earliest_due != 0)
 		{
 			long		until_retry;
 
-			TimestampDifference(GetCurrentTimestamp(), earliest_retry, &secs, &usecs);
+			TimestampDifference(GetCurrentTimestamp(), earliest_due, &secs, &usecs);
 			until_retry = secs * 1000 + (usecs + 999) / 1000;
 			remaining = Min(remaining, until_retry);
 		}

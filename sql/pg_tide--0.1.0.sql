@@ -143,6 +143,52 @@ CREATE TABLE tide.relay_consumer_offsets (
 );
 COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery offset';
 
+-- A message whose delivery failed by its own answer waits here for its next
+-- attempt (relay/worker.c), with a copy of the message, so the pipeline's
+-- offset can move past it. pipeline_id is the pipeline's name.
+CREATE TABLE tide.relay_retry_queue (
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	payload				jsonb NOT NULL,
+	headers				jsonb,
+	created_at			timestamptz NOT NULL,
+	attempts			int NOT NULL,
+	next_attempt_at		timestamptz NOT NULL,
+	first_failed_at		timestamptz NOT NULL DEFAULT now(),
+	last_status			int,
+	last_error_class	text,
+	last_error			text,
+	PRIMARY KEY (pipeline_id, message_id)
+);
+CREATE INDEX relay_retry_queue_due ON tide.relay_retry_queue (pipeline_id, next_attempt_at);
+COMMENT ON TABLE tide.relay_retry_queue
+	IS 'Messages waiting for another delivery attempt, per pipeline';
+
+-- A message that failed permanently or ran out of attempts, with a copy of
+-- the message and the last failure.
+CREATE TABLE tide.relay_dlq (
+	id					bigserial PRIMARY KEY,
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	payload				jsonb NOT NULL,
+	headers				jsonb,
+	created_at			timestamptz NOT NULL,
+	attempts			int NOT NULL,
+	reason				text NOT NULL,
+	last_status			int,
+	last_error_class	text,
+	last_error			text,
+	first_failed_at		timestamptz NOT NULL,
+	dead_lettered_at	timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT relay_dlq_message_key UNIQUE (pipeline_id, message_id),
+	CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted'))
+);
+CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
+COMMENT ON TABLE tide.relay_dlq
+	IS 'Dead letters: messages a pipeline could not deliver, kept until retried or purged';
+
 -- Relay workers reload a pipeline when its row changes.
 CREATE FUNCTION tide._relay_config_notify()
 RETURNS trigger
@@ -176,6 +222,9 @@ SELECT pg_catalog.pg_extension_config_dump('tide.tide_inbox_config', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_outbox_config', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_config', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_consumer_offsets', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_retry_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq_id_seq', '');
 
 -- ---------------------------------------------------------------------------
 -- Internal SQL helpers
@@ -1608,7 +1657,7 @@ AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
 						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
-						  'allow_http', 'allow_private_network', 'retry'];
+						  'allow_http', 'allow_private_network', 'retry', 'ordering'];
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
@@ -1637,6 +1686,7 @@ BEGIN
 		'max_in_flight', tide._relay_int(p_config, 'max_in_flight', 'max_in_flight', 1, 1000, 16),
 		'timeout_ms', tide._relay_int(p_config, 'timeout_ms', 'timeout_ms', 100, 600000, 10000),
 		'signature', tide._relay_choice(p_config, 'signature', ARRAY['standard', 'pg-tide'], 'standard'),
+		'ordering', tide._relay_choice(p_config, 'ordering', ARRAY['relaxed', 'strict'], 'relaxed'),
 		'allow_http', allow_http,
 		'allow_private_network', tide._relay_bool(p_config, 'allow_private_network', false));
 
@@ -1833,6 +1883,12 @@ BEGIN
 	VALUES (p_name, cfg)
 	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
 	 WHERE c.config IS DISTINCT FROM EXCLUDED.config;
+	-- A changed config (a fixed URL, say) tries the queued messages at once.
+	IF FOUND THEN
+		UPDATE tide.relay_retry_queue SET next_attempt_at = now()
+		 WHERE pipeline_id = p_name AND next_attempt_at > now();
+		PERFORM tide._relay_retries_queued();
+	END IF;
 	-- An offset kept for another group or outbox no longer applies.
 	DELETE FROM tide.relay_consumer_offsets
 	 WHERE pipeline_id = p_name
@@ -1881,6 +1937,12 @@ BEGIN
 	p := tide._relay_pipeline(p_name);
 	DELETE FROM tide.relay_outbox_config WHERE name = p_name;
 	DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
+	DELETE FROM tide.relay_retry_queue WHERE pipeline_id = p_name;
+	-- Dead letters are the operator's to look at: kept until purged.
+	IF EXISTS (SELECT 1 FROM tide.relay_dlq WHERE pipeline_id = p_name) THEN
+		RAISE NOTICE 'the dead letters of pipeline "%" are kept', p_name
+			USING HINT = 'tide.relay_dlq_list() shows them; tide.relay_dlq_purge() removes them.';
+	END IF;
 	-- The group is the pipeline's position: kept, so that a pipeline set
 	-- again with it resumes; but it holds back the outbox's pending count.
 	IF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p.config ->> 'consumer_group') THEN
@@ -1890,7 +1952,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION tide.relay_delete(text)
-	IS 'deletes a forward pipeline; its consumer group is kept';
+	IS 'deletes a forward pipeline and its retry queue; its consumer group and dead letters are kept';
 
 CREATE FUNCTION tide.relay_get_config(p_name text)
 RETURNS jsonb
@@ -1923,6 +1985,160 @@ AS $$
 $$;
 COMMENT ON FUNCTION tide.relay_list_configs()
 	IS 'every forward pipeline with its outbox, consumer group, sink type and config, secrets shown as ********';
+
+-- ---------------------------------------------------------------------------
+-- Dead letters. A message that fails permanently (an answer other than 2xx,
+-- 408, 425, 429 or 5xx) or runs out of retry.max_attempts goes to
+-- relay_dlq, and the pipeline moves on (with ordering 'strict' it holds
+-- instead). Retrying puts it back into the pipeline's retry queue, due at
+-- once, with a fresh count of attempts; the relay worker is woken at commit.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION tide._relay_retries_queued()
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_retries_queued'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._relay_retries_queued()
+	IS 'internal: wakes the relay worker at commit to look at the retry queues';
+
+-- Moves dead letters back into their pipelines' retry queues; returns how many.
+CREATE FUNCTION tide._relay_dlq_requeue(p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	WITH d AS (
+		DELETE FROM tide.relay_dlq WHERE id = ANY (p_ids)
+		RETURNING pipeline_id, outbox_name, message_id, payload, headers, created_at,
+				  first_failed_at, last_status, last_error_class, last_error)
+	INSERT INTO tide.relay_retry_queue AS q
+		(pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,
+		 next_attempt_at, first_failed_at, last_status, last_error_class, last_error)
+	SELECT pipeline_id, outbox_name, message_id, payload, headers, created_at, 0,
+		   now(), first_failed_at, last_status, last_error_class, last_error
+	  FROM d
+	ON CONFLICT (pipeline_id, message_id) DO UPDATE
+	   SET attempts = 0, next_attempt_at = now();
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._relay_retries_queued();
+	END IF;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION tide.relay_dlq_list(p_pipeline text DEFAULT NULL, p_limit int DEFAULT 100)
+RETURNS TABLE (id bigint, pipeline text, outbox text, message_id bigint, reason text,
+			   attempts int, last_status int, last_error_class text, last_error text,
+			   first_failed_at timestamptz, dead_lettered_at timestamptz,
+			   payload jsonb, headers jsonb, created_at timestamptz)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+	IF p_pipeline IS NOT NULL THEN
+		PERFORM tide._check_name('pipeline', p_pipeline);
+	END IF;
+	IF p_limit IS NULL OR p_limit <= 0 THEN
+		RAISE EXCEPTION 'limit must be positive, not %', coalesce(p_limit::text, 'NULL')
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give p_limit, the most dead letters to list, as a positive number.';
+	END IF;
+	RETURN QUERY
+		SELECT d.id, d.pipeline_id, d.outbox_name, d.message_id, d.reason, d.attempts,
+			   d.last_status, d.last_error_class, d.last_error, d.first_failed_at,
+			   d.dead_lettered_at, d.payload, d.headers, d.created_at
+		  FROM tide.relay_dlq d
+		 WHERE p_pipeline IS NULL OR d.pipeline_id = p_pipeline
+		 ORDER BY d.id
+		 LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION tide.relay_dlq_list(text, int)
+	IS 'dead letters, oldest first, of one pipeline or all: the message, why it failed and after how many attempts';
+
+CREATE FUNCTION tide.relay_dlq_retry(p_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	d tide.relay_dlq;
+BEGIN
+	IF p_id IS NULL THEN
+		RAISE EXCEPTION 'dead letter id must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give an id that tide.relay_dlq_list() shows.';
+	END IF;
+	SELECT * INTO d FROM tide.relay_dlq WHERE id = p_id FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'dead letter % does not exist', p_id
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'tide.relay_dlq_list() shows the dead letters; one that was retried or purged is gone.';
+	END IF;
+	PERFORM tide._relay_pipeline(d.pipeline_id);
+	PERFORM tide._relay_dlq_requeue(ARRAY[p_id]);
+END
+$$;
+COMMENT ON FUNCTION tide.relay_dlq_retry(bigint)
+	IS 'delivers a dead letter again: back into its pipeline''s retry queue, due at once, with fresh attempts';
+
+CREATE FUNCTION tide.relay_dlq_retry_all(p_pipeline text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._relay_pipeline(p_pipeline);
+	RETURN tide._relay_dlq_requeue(ARRAY(
+		SELECT id FROM tide.relay_dlq WHERE pipeline_id = p_pipeline ORDER BY id FOR UPDATE));
+END
+$$;
+COMMENT ON FUNCTION tide.relay_dlq_retry_all(text)
+	IS 'delivers every dead letter of a pipeline again; returns how many were queued';
+
+CREATE FUNCTION tide.relay_dlq_purge(p_older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	IF p_older_than IS NULL OR p_older_than < interval '0' THEN
+		RAISE EXCEPTION 'age must not be negative or NULL, not %', coalesce(p_older_than::text, 'NULL')
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give how old dead letters must be to go, for example interval ''7 days''; interval ''0'' removes them all.';
+	END IF;
+	DELETE FROM tide.relay_dlq WHERE dead_lettered_at <= now() - p_older_than;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION tide.relay_dlq_purge(interval)
+	IS 'removes dead letters that were dead-lettered at least the given time ago; returns how many';
+
+CREATE FUNCTION tide.relay_dlq_stats()
+RETURNS TABLE (pipeline text, dead_letters bigint, permanent bigint, exhausted bigint,
+			   oldest_at timestamptz, newest_at timestamptz, retry_queue bigint)
+LANGUAGE sql STABLE
+AS $$
+	WITH d AS (
+		SELECT pipeline_id, count(*) AS n,
+			   count(*) FILTER (WHERE reason = 'permanent') AS permanent,
+			   count(*) FILTER (WHERE reason = 'exhausted') AS exhausted,
+			   min(dead_lettered_at) AS oldest_at, max(dead_lettered_at) AS newest_at
+		  FROM tide.relay_dlq GROUP BY pipeline_id),
+	q AS (
+		SELECT pipeline_id, count(*) AS n FROM tide.relay_retry_queue GROUP BY pipeline_id),
+	p AS (
+		SELECT name AS pipeline_id FROM tide.relay_outbox_config
+		UNION SELECT pipeline_id FROM d
+		UNION SELECT pipeline_id FROM q)
+	SELECT p.pipeline_id, coalesce(d.n, 0), coalesce(d.permanent, 0), coalesce(d.exhausted, 0),
+		   d.oldest_at, d.newest_at, coalesce(q.n, 0)
+	  FROM p LEFT JOIN d USING (pipeline_id) LEFT JOIN q USING (pipeline_id)
+	 ORDER BY p.pipeline_id
+$$;
+COMMENT ON FUNCTION tide.relay_dlq_stats()
+	IS 'per pipeline: dead letters (permanent failures, exhausted retries), the oldest and newest, and messages waiting in its retry queue';
 
 -- ---------------------------------------------------------------------------
 -- Privileges. The tables are the owner's; roles that publish or consume get

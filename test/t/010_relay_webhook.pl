@@ -2,8 +2,11 @@
 # committed message arrives with webhook-id = Idempotency-Key =
 # outbox_orders:<id>, Standard Webhooks signatures that verify (two secrets:
 # both sign; checked here and by the receiver), the custom headers; batch
-# mode sends arrays; 503s with Retry-After are retried; the pg-tide signature verifies; a 400 holds the
-# pipeline without losing anything; a 410 disables it; private addresses
+# mode sends arrays; 503s with Retry-After (seconds or an HTTP-date) are
+# retried; the pg-tide signature verifies; a 400 dead-letters its message
+# without holding back the others, and relay_dlq_retry delivers it again;
+# retries run out into relay_dlq; ordering 'strict' holds the pipeline at
+# a failing message instead; a 410 disables it; private addresses
 # (127.0.0.1, localhost after resolution, the cloud metadata address)
 # without allow_private_network are refused (blocked_ssrf); a receiver that
 # is down and comes back gets everything; a commit arrives at once with an
@@ -21,6 +24,7 @@ use JSON::PP;
 use MIME::Base64 qw(decode_base64);
 use Digest::SHA qw(hmac_sha256_base64 hmac_sha256_hex);
 use Time::HiRes qw(time usleep);
+use POSIX qw(strftime);
 
 my $node = tide_node('webhook', "pg_tide.relay_naptime_ms = 100\n");
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -198,23 +202,103 @@ is(scalar(grep { ($_->{headers}{'x-pg-tide-signature'} // '') ne 'sha256=' . hma
 	0, 'X-Pg-Tide-Signature is sha256=<hex HMAC of the body>, and no webhook-signature');
 set_hook();
 
-# A 400 holds the pipeline: the offset stays, the log says why.
-my $before = offset();
+# The ids of the pipeline's dead letters, and of its retry queue.
+sub dead_letters
+{
+	return split /\n/, $node->safe_psql('postgres',
+		"SELECT message_id FROM tide.relay_dlq_list('hook') ORDER BY message_id");
+}
+
+sub retry_queue
+{
+	return split /\n/, $node->safe_psql('postgres',
+		"SELECT message_id FROM tide.relay_retry_queue WHERE pipeline_id = 'hook' ORDER BY message_id");
+}
+
+# Retry-After as an HTTP-date three seconds ahead: the retry waits for it
+# (the backoff alone would retry after about 100 ms).
+control({ fail => [503], retry_after => strftime('%a, %d %b %Y %H:%M:%S GMT', gmtime(time() + 3)) });
+my $nreq0 = scalar(requests());
+@ids = publish(1);
+ok(defined wait_for_ids(\@ids, 15), 'after a 503 with an HTTP-date Retry-After the message arrives');
+my @dated = (requests())[ $nreq0 .. scalar(requests()) - 1 ];
+ok(@dated == 2 && $dated[1]{t} - $dated[0]{t} >= 1.5,
+	sprintf('the retry waited for the HTTP-date (%.2f s after the 503)',
+		@dated == 2 ? $dated[1]{t} - $dated[0]{t} : -1));
+control({ retry_after => undef });
+
+# A 400 dead-letters its message and holds back no other: the other two
+# arrive, the offset passes all three, the dead letter keeps the message.
 my $log_offset = -s $node->logfile;
+control({ fail => [400] });
+@ids = publish(3);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM tide.relay_dlq WHERE pipeline_id = 'hook'"),
+	'a 400 puts its message into relay_dlq');
+my ($dead) = dead_letters();
+ok((grep { $_ == $dead } @ids), 'the dead letter is one of the three');
+ok(defined wait_for_ids([ grep { $_ != $dead } @ids ], 10), 'the other two arrive');
+ok($node->poll_query_until('postgres',
+		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
+	'the offset passes the dead letter');
+is($node->safe_psql('postgres',
+		"SELECT reason || ' ' || attempts || ' ' || last_status || ' ' || last_error_class || ' ' || (payload ->> 'n')
+		   FROM tide.relay_dlq WHERE pipeline_id = 'hook'"),
+	'permanent 1 400 http_4xx ' . ($dead - $ids[0] + 1), 'the dead letter records why, and the message');
+like(slurp_file($node->logfile, $log_offset),
+	qr/pipeline "hook" dead-lettered message $dead of outbox "orders" after 1 attempt: HTTP status 400/,
+	'the log says it was dead-lettered');
+is(delivered('/hook')->{$dead}, undef, 'the dead letter was not acknowledged');
+$node->safe_psql('postgres', "SELECT tide.relay_dlq_retry(id) FROM tide.relay_dlq WHERE message_id = $dead");
+ok(defined wait_for_ids([$dead], 10), 'relay_dlq_retry delivers it once the receiver accepts');
+ok($node->poll_query_until('postgres',
+		"SELECT NOT EXISTS (SELECT FROM tide.relay_dlq WHERE pipeline_id = 'hook')
+		    AND NOT EXISTS (SELECT FROM tide.relay_retry_queue WHERE pipeline_id = 'hook')"),
+	'after the retry, neither relay_dlq nor the retry queue holds it');
+
+# Retries run out: max_attempts 2 against a receiver answering 503.
+set_hook({ retry => { base_ms => 50, cap_ms => 200, max_attempts => 2 } });
+control({ always => 503 });
+@ids = publish(1);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM tide.relay_dlq WHERE message_id = $ids[0]"),
+	'a message answered 503 every time goes to relay_dlq after max_attempts');
+is($node->safe_psql('postgres', "SELECT reason || ' ' || attempts FROM tide.relay_dlq WHERE message_id = $ids[0]"),
+	'exhausted 2', 'dead-lettered as exhausted after 2 attempts');
+is(scalar(grep { $_->{status} == 503 && (messages_of($_))[0]{message_id} == $ids[0] } requests()), 2,
+	'the receiver saw exactly 2 attempts');
+is(scalar(retry_queue()), 0, 'the retry queue is empty');
+control({ always => undef });
+is($node->safe_psql('postgres', "SELECT tide.relay_dlq_retry_all('hook')"), '1', 'relay_dlq_retry_all queues it');
+ok(defined wait_for_ids(\@ids, 10), 'and it arrives');
+set_hook();
+
+# ordering 'strict': the pipeline holds at the failing message (one in
+# flight, so the order is the ids' order), nothing is dead-lettered, and
+# the messages arrive in order once the receiver accepts.
+set_hook({ ordering => 'strict', max_in_flight => 1, retry => { base_ms => 100, cap_ms => 500, max_attempts => 3 } });
+$log_offset = -s $node->logfile;
+$nreq0 = scalar(requests());
+my $before = offset();
 control({ always => 400 });
 @ids = publish(3);
 my $held = 0;
 for (1 .. 100)
 {
 	$held = 1 if slurp_file($node->logfile, $log_offset) =~
-	  /pipeline "hook" is held at message $ids[0]: permanent failure \(http_status, status 400\)/;
+	  /pipeline "hook" is held at message $ids[0]: HTTP status 400/;
 	last if $held;
 	usleep(100_000);
 }
-ok($held, 'a 400 is logged as a permanent failure that holds the pipeline');
-is(offset(), $before, 'the offset stays while the receiver answers 400');
+ok($held, 'strict: a 400 holds the pipeline at the message');
+is(offset(), $before, 'strict: the offset stays before it');
+is(scalar(dead_letters()), 0, 'strict: nothing is dead-lettered');
 control({ always => undef });
-ok(defined wait_for_ids(\@ids, 10), 'once the receiver accepts, the held messages arrive');
+ok(defined wait_for_ids(\@ids, 10), 'strict: once the receiver accepts, the held messages arrive');
+my @order = map { (messages_of($_))[0]{message_id} }
+  grep { $_->{status} == 200 } (requests())[ $nreq0 .. scalar(requests()) - 1 ];
+is_deeply(\@order, \@ids, 'strict: they arrive in order, each once');
+set_hook();
 
 # 410 Gone disables the pipeline.
 $log_offset = -s $node->logfile;

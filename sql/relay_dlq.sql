@@ -1,0 +1,109 @@
+-- Dead letters and the retry queue: relay_dlq_list, relay_dlq_retry,
+-- relay_dlq_retry_all, relay_dlq_purge, relay_dlq_stats, the 'ordering'
+-- key, and what relay_set_outbox and relay_delete do to a pipeline's queue.
+-- The rows a relay worker would write are inserted here directly (the
+-- relay is off in this cluster); TAP 011 has the worker write them.
+\set VERBOSITY default
+\i sql/include/try.sql
+
+SELECT tide.outbox_create('dl_orders');
+SELECT tide.relay_set_outbox('dl_hook', 'dl_orders', 'dl_group',
+							 '{"sink_type": "webhook", "url": "https://example.com/hooks"}');
+
+-- ordering: 'relaxed' by default, 'strict' on request, nothing else
+SELECT tide.relay_get_config('dl_hook') ->> 'ordering' AS default_ordering;
+SELECT tide.relay_set_outbox('dl_strict', 'dl_orders', 'dl_strict_group',
+							 '{"sink_type": "webhook", "url": "https://example.com/s", "ordering": "strict"}');
+SELECT tide.relay_get_config('dl_strict') ->> 'ordering' AS strict_ordering;
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('dl_bad', 'dl_orders', 'dl_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "ordering": "fifo"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('dl_bad', 'dl_orders', 'dl_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "ordering": true}')$$);
+SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'dl_bad';
+
+-- three dead letters of dl_hook, one of dl_strict, as the worker writes them
+INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload, headers, created_at,
+							attempts, reason, last_status, last_error_class, last_error,
+							first_failed_at, dead_lettered_at)
+VALUES ('dl_hook', 'dl_orders', 11, '{"n": 11}', NULL, '2026-01-01', 1, 'permanent', 400,
+		'http_4xx', 'HTTP status 400', '2026-01-01 00:00', now() - interval '10 days'),
+	   ('dl_hook', 'dl_orders', 12, '{"n": 12}', '{"type": "x"}', '2026-01-01', 10, 'exhausted', 503,
+		'http_5xx', 'HTTP status 503', '2026-01-01 00:00', now() - interval '2 days'),
+	   ('dl_hook', 'dl_orders', 13, '{"n": 13}', NULL, '2026-01-01', 1, 'permanent', 422,
+		'http_4xx', 'HTTP status 422', '2026-01-01 00:00', now()),
+	   ('dl_strict', 'dl_orders', 14, '{"n": 14}', NULL, '2026-01-01', 1, 'permanent', 400,
+		'http_4xx', 'HTTP status 400', '2026-01-01 00:00', now());
+
+SELECT pipeline, outbox, message_id, reason, attempts, last_status, last_error_class, payload, headers
+  FROM tide.relay_dlq_list();
+SELECT message_id FROM tide.relay_dlq_list('dl_hook', 2);
+SELECT count(*) AS none FROM tide.relay_dlq_list('no_such_pipeline');
+SELECT pipeline, dead_letters, permanent, exhausted, retry_queue FROM tide.relay_dlq_stats();
+
+-- retry one: it leaves relay_dlq for the retry queue, due now, attempts 0,
+-- keeping when it first failed and its copy of the message
+SELECT tide.relay_dlq_retry(id) FROM tide.relay_dlq WHERE message_id = 12;
+SELECT pipeline_id, outbox_name, message_id, payload, headers, attempts,
+	   next_attempt_at <= now() AS due, first_failed_at, last_status
+  FROM tide.relay_retry_queue;
+SELECT count(*) AS still_dead FROM tide.relay_dlq WHERE message_id = 12;
+SELECT pipeline, dead_letters, retry_queue FROM tide.relay_dlq_stats();
+
+-- retry all of a pipeline: returns how many; the other pipeline's stay
+SELECT tide.relay_dlq_retry_all('dl_hook') AS queued;
+SELECT tide.relay_dlq_retry_all('dl_hook') AS queued_again;
+SELECT pipeline_id, message_id FROM tide.relay_retry_queue ORDER BY message_id;
+SELECT pipeline_id, message_id FROM tide.relay_dlq ORDER BY message_id;
+
+-- a changed config makes queued messages due at once; an unchanged one
+-- writes nothing
+UPDATE tide.relay_retry_queue SET next_attempt_at = now() + interval '1 hour';
+SELECT tide.relay_set_outbox('dl_hook', 'dl_orders', 'dl_group',
+							 '{"sink_type": "webhook", "url": "https://example.com/hooks"}');
+SELECT count(*) FILTER (WHERE next_attempt_at <= now()) AS due_after_same_config
+  FROM tide.relay_retry_queue;
+SELECT tide.relay_set_outbox('dl_hook', 'dl_orders', 'dl_group',
+							 '{"sink_type": "webhook", "url": "https://example.com/fixed"}');
+SELECT count(*) FILTER (WHERE next_attempt_at <= now()) AS due_after_new_config
+  FROM tide.relay_retry_queue;
+
+-- purge by age: interval '0' removes all
+INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload, created_at, attempts,
+							reason, first_failed_at, dead_lettered_at)
+VALUES ('dl_strict', 'dl_orders', 15, '{}', now(), 3, 'exhausted', now(), now() - interval '8 days');
+SELECT tide.relay_dlq_purge(interval '7 days') AS purged_older_than_a_week;
+SELECT message_id FROM tide.relay_dlq ORDER BY message_id;
+SELECT tide.relay_dlq_purge(interval '0') AS purged_all;
+SELECT count(*) AS left_over FROM tide.relay_dlq;
+
+-- bad input: clear errors, nothing written
+INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload, created_at, attempts,
+							reason, first_failed_at)
+VALUES ('gone_pipeline', 'dl_orders', 16, '{}', now(), 1, 'permanent', now());
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry(NULL)$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry(-1)$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry(id) FROM tide.relay_dlq WHERE pipeline_id = 'gone_pipeline'$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry_all('no_such_pipeline')$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry_all(NULL)$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_purge(NULL)$$);
+SELECT pg_temp.try($$SELECT tide.relay_dlq_purge(interval '-1 day')$$);
+SELECT pg_temp.try($$SELECT * FROM tide.relay_dlq_list('dl_hook', 0)$$);
+SELECT pg_temp.try($$SELECT * FROM tide.relay_dlq_list('', 10)$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload,
+	created_at, attempts, reason, first_failed_at) VALUES ('dl_hook', 'dl_orders', 17, '{}', now(), 1, 'lost', now())$$);
+SELECT pipeline_id, message_id FROM tide.relay_dlq ORDER BY message_id;
+SELECT count(*) AS queued FROM tide.relay_retry_queue;
+
+-- relay_delete drops the pipeline's retry queue and keeps its dead letters
+INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload, created_at, attempts,
+							reason, first_failed_at)
+VALUES ('dl_hook', 'dl_orders', 18, '{}', now(), 1, 'permanent', now());
+SELECT tide.relay_delete('dl_hook');
+SELECT count(*) AS queued_after_delete FROM tide.relay_retry_queue WHERE pipeline_id = 'dl_hook';
+SELECT message_id FROM tide.relay_dlq WHERE pipeline_id = 'dl_hook';
+
+SELECT tide.relay_delete('dl_strict');
+SELECT tide.relay_dlq_purge(interval '0');
+SELECT tide.drop_consumer_group('dl_group');
+SELECT tide.drop_consumer_group('dl_strict_group');
+SELECT tide.outbox_drop('dl_orders');
