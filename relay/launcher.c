@@ -127,7 +127,7 @@ RelayShmemInit(void *place, bool found)
 	memset(Relay, 0, RelayShmemSize());
 	SpinLockInit(&Relay->mutex);
 	Relay->nslots = RelayMaxWorkers;
-	pg_atomic_init_u64(&Relay->retry_requests, 0);
+	pg_atomic_init_u64(&Relay->wake_requests, 0);
 	for (int i = 0; i < Relay->nslots; i++)
 	{
 		pg_atomic_init_u64(&Relay->slots[i].passes, 0);

@@ -77,7 +77,8 @@ typedef struct RelayShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	uint32		next_generation;
-	pg_atomic_uint64 retry_requests;	/* bumped when SQL queues retries (relay_dlq_retry) */
+	pg_atomic_uint64 wake_requests; /* bumped at commit by SQL that changed
+									 * pipelines or retry queues */
 	TimestampTz recheck_all_at; /* requests overflowed: look at every database */
 	RelayDbRequest requests[RELAY_MAX_DB_REQUESTS];
 	int			nslots;

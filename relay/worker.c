@@ -236,8 +236,8 @@ static int	n_pipeline_states = 0;
 /* When the worker must wake for a held pipeline or a due retry, or 0. */
 static TimestampTz earliest_due = 0;
 
-/* Relay->retry_requests when the worker last looked: SQL queued retries. */
-static uint64 seen_retry_requests = 0;
+/* Relay->wake_requests when a pass began: SQL changed pipelines or queues. */
+static uint64 seen_wake_requests = 0;
 
 /* Notes a time the worker must wake at for a pipeline. */
 static void
@@ -560,10 +560,10 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 	volatile bool more = false;
 
 	earliest_due = 0;
-	/* Retries queued by SQL (relay_dlq_retry): every queue is looked at. */
-	if (pg_atomic_read_u64(&Relay->retry_requests) != seen_retry_requests)
+	/* SQL changed pipelines or queued retries: every queue is looked at. */
+	if (pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
 	{
-		seen_retry_requests = pg_atomic_read_u64(&Relay->retry_requests);
+		seen_wake_requests = pg_atomic_read_u64(&Relay->wake_requests);
 		for (int i = 0; i < n_pipeline_states; i++)
 			pipeline_states[i].retry_check_at = 0;
 	}
@@ -641,7 +641,8 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
  * noticed soon even during a long naptime; the worker stays on the
  * condition variable's wait list between slices, so no broadcast is missed.
  * Without `wake_on_commit` (no enabled pipeline: nothing to deliver) it
- * leaves the wait list and only naps, so commits cost it nothing.
+ * leaves the wait list and only naps, so commits cost it nothing. Either
+ * way a changed pipeline or a queued retry ends the sleep within a slice.
  */
 static bool
 worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
@@ -687,7 +688,9 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 			if (WakeCommitCount(MyDatabaseId) != seen)
 				return true;
 		}
+		/* SQL changed a pipeline or queued retries (relay_control.c). */
 		if (ConfigReloadPending || !RelayEnabled ||
+			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests ||
 			RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
 			return false;
 	}

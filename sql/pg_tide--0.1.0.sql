@@ -189,7 +189,17 @@ CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
 COMMENT ON TABLE tide.relay_dlq
 	IS 'Dead letters: messages a pipeline could not deliver, kept until retried or purged';
 
--- Relay workers reload a pipeline when its row changes.
+-- Wakes the database's relay worker at commit, so that a changed pipeline
+-- or a queued retry is acted on at once (src/relay_control.c).
+CREATE FUNCTION tide._relay_wake_worker()
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_wake_worker'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._relay_wake_worker()
+	IS 'internal: wakes the relay worker at commit to look at its pipelines and retry queues';
+
+-- A changed pipeline is announced on channel tide_relay_config, and the
+-- relay worker acts on it at commit.
 CREATE FUNCTION tide._relay_config_notify()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -199,6 +209,9 @@ BEGIN
 					  json_build_object('table', TG_TABLE_NAME,
 										'op', TG_OP,
 										'name', CASE WHEN TG_OP = 'DELETE' THEN OLD.name ELSE NEW.name END)::text);
+	IF TG_TABLE_NAME = 'relay_outbox_config' THEN
+		PERFORM tide._relay_wake_worker();
+	END IF;
 	RETURN NULL;
 END
 $$;
@@ -1883,11 +1896,11 @@ BEGIN
 	VALUES (p_name, cfg)
 	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
 	 WHERE c.config IS DISTINCT FROM EXCLUDED.config;
-	-- A changed config (a fixed URL, say) tries the queued messages at once.
+	-- A changed config (a fixed URL, say) tries the queued messages at once
+	-- (the row's trigger wakes the worker at commit).
 	IF FOUND THEN
 		UPDATE tide.relay_retry_queue SET next_attempt_at = now()
 		 WHERE pipeline_id = p_name AND next_attempt_at > now();
-		PERFORM tide._relay_retries_queued();
 	END IF;
 	-- An offset kept for another group or outbox no longer applies.
 	DELETE FROM tide.relay_consumer_offsets
@@ -1993,13 +2006,6 @@ COMMENT ON FUNCTION tide.relay_list_configs()
 -- instead). Retrying puts it back into the pipeline's retry queue, due at
 -- once, with a fresh count of attempts; the relay worker is woken at commit.
 -- ---------------------------------------------------------------------------
-CREATE FUNCTION tide._relay_retries_queued()
-RETURNS void
-AS 'MODULE_PATHNAME', 'tide_relay_retries_queued'
-LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION tide._relay_retries_queued()
-	IS 'internal: wakes the relay worker at commit to look at the retry queues';
-
 -- Moves dead letters back into their pipelines' retry queues; returns how many.
 CREATE FUNCTION tide._relay_dlq_requeue(p_ids bigint[])
 RETURNS bigint
@@ -2022,7 +2028,7 @@ BEGIN
 	   SET attempts = 0, next_attempt_at = now();
 	GET DIAGNOSTICS n = ROW_COUNT;
 	IF n > 0 THEN
-		PERFORM tide._relay_retries_queued();
+		PERFORM tide._relay_wake_worker();
 	END IF;
 	RETURN n;
 END

@@ -34,13 +34,13 @@
 
 /* CREATE EXTENSION in this transaction asked for a recheck. */
 static bool recheck_pending = false;
-static bool retry_pending = false;
+static bool wake_pending = false;
 static bool xact_callback_registered = false;
 
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
 PG_FUNCTION_INFO_V1(tide_relay_notify_launcher);
-PG_FUNCTION_INFO_V1(tide_relay_retries_queued);
+PG_FUNCTION_INFO_V1(tide_relay_wake_worker);
 PG_FUNCTION_INFO_V1(tide_relay_workers);
 
 /* Asks the launcher to look at a database again, soon. */
@@ -75,17 +75,17 @@ relay_xact_callback(XactEvent event, void *arg)
 				recheck_pending = false;
 				request_recheck(MyDatabaseId);
 			}
-			if (retry_pending)
+			if (wake_pending)
 			{
-				retry_pending = false;
-				pg_atomic_fetch_add_u64(&Relay->retry_requests, 1);
+				wake_pending = false;
+				pg_atomic_fetch_add_u64(&Relay->wake_requests, 1);
 				WakeDatabase(MyDatabaseId);
 			}
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			recheck_pending = false;
-			retry_pending = false;
+			wake_pending = false;
 			break;
 		default:
 			break;
@@ -119,17 +119,18 @@ tide_relay_notify_launcher(PG_FUNCTION_ARGS)
 }
 
 /*
- * tide._relay_retries_queued(): called by the functions that put messages
- * back into a retry queue (relay_dlq_retry and the like), so that at commit
- * the database's relay worker wakes and looks at its queues at once.
+ * tide._relay_wake_worker(): called when a transaction changes a pipeline
+ * (the trigger on relay_outbox_config) or puts messages back into a retry
+ * queue (relay_dlq_retry), so that at its commit the relay worker looks at
+ * once, even when a long naptime or no enabled pipeline let it sleep.
  */
 Datum
-tide_relay_retries_queued(PG_FUNCTION_ARGS)
+tide_relay_wake_worker(PG_FUNCTION_ARGS)
 {
 	if (!TidePreloaded || Relay == NULL)
 		PG_RETURN_VOID();
 	register_xact_callback();
-	retry_pending = true;
+	wake_pending = true;
 	PG_RETURN_VOID();
 }
 

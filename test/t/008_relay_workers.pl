@@ -89,14 +89,16 @@ ok($node->poll_query_until('postgres',
 		"SELECT wakeups > $wakeups FROM tide.relay_workers() WHERE database = 'app'"),
 	'a publishing commit woke the worker');
 
-# Without an enabled pipeline there is nothing to deliver: after the pass
-# that sees the pipeline disabled, commits no longer wake the worker.
-$node->safe_psql('app', "UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'wake'");
+# Without an enabled pipeline there is nothing to deliver: the change of
+# the pipeline wakes the worker for one more pass, which sees it disabled;
+# after that, commits no longer wake the worker.
+usleep(300_000);
 my ($passes) = split /,/, $node->safe_psql('postgres', $counters);
-$node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 2}')});
+$node->safe_psql('app', "UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'wake'");
 ok($node->poll_query_until('postgres',
 		"SELECT passes > $passes FROM tide.relay_workers() WHERE database = 'app'"),
-	'the commit after the change woke the worker for one more pass');
+	'the change of the pipeline woke the worker for one more pass');
+usleep(300_000);
 $before = $node->safe_psql('postgres', $counters);
 $node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 3}')});
 usleep(500_000);

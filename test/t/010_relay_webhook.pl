@@ -10,7 +10,7 @@
 # (127.0.0.1, localhost after resolution, the cloud metadata address)
 # without allow_private_network are refused (blocked_ssrf); a receiver that
 # is down and comes back gets everything; a commit arrives at once with an
-# hour's naptime.
+# hour's naptime, and so does a change of the pipeline.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -355,6 +355,19 @@ my $latency = wait_for_ids(\@ids, 15);
 note(sprintf('commit-to-receipt latency (from before psql starts): %.1f ms',
 		(defined $latency ? $latency : 999) * 1000));
 ok(defined $latency && $latency < 10, 'a commit reaches the receiver within 10 s with an hour\'s naptime');
+
+# A change takes effect at once, even with an hour's naptime and no
+# enabled pipeline (the worker is then not woken by publishing commits).
+$node->safe_psql('postgres', "SELECT tide.relay_disable('hook')");
+usleep(500_000);
+@ids = publish(1);
+usleep(1_000_000);
+is(delivered('/hook')->{ $ids[0] }, undef, 'a disabled pipeline delivers nothing');
+$t0 = time();
+$node->safe_psql('postgres', "SELECT tide.relay_enable('hook')");
+my $enable_latency = wait_for_ids(\@ids, 15);
+note(sprintf('relay_enable to receipt with an hour\'s naptime: %.0f ms', ($enable_latency // 99) * 1000));
+ok(defined $enable_latency && $enable_latency < 1, 'relay_enable takes effect within a second');
 $node->safe_psql('postgres', "ALTER SYSTEM SET pg_tide.relay_naptime_ms = '100'");
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 
