@@ -13,7 +13,7 @@ OBJS = \
 	relay/lease.o \
 	relay/message.o \
 	relay/sink_file.o \
-	relay/sink_webhook.o
+	relay/sink_webhook.o relay/attempt_log.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

@@ -99,6 +99,14 @@ RelayDefineGucs(void)
 							1000, 10, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_tide.attempt_log_retention",
+							"How long rows of tide.relay_attempts are kept.",
+							"Each relay worker deletes older rows once a minute; 0 keeps them.",
+							&AttemptLogRetentionSecs,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("pg_tide.max_relay_workers",
 							"Most relay workers that run at the same time.",
 							"One worker serves one database; each also takes one of "
@@ -456,6 +464,7 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 		slot = &Relay->slots[slotno];
 		slot->in_use = true;
 		slot->exited = false;
+		slot->serving = false;
 		slot->dboid = dboid;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;

@@ -26,9 +26,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "pgstat.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
@@ -139,7 +137,7 @@ RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
 	if (isnull)
 		*next_due = 0;
 	if (SPI_execute_with_args("SELECT message_id, payload::text, headers::text,"
-							  "       to_json(created_at)::text, attempts, outbox_name"
+							  "       to_json(created_at)::text, attempts, outbox_name, manual"
 							  "  FROM tide.relay_retry_queue"
 							  " WHERE pipeline_id = $1 AND next_attempt_at <= clock_timestamp()"
 							  " ORDER BY next_attempt_at, message_id LIMIT $2",
@@ -159,6 +157,7 @@ RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
 		out[i].created_at = copy_value(tup, desc, 4, cxt);
 		out[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 		out[i].outbox = copy_value(tup, desc, 6, cxt);
+		out[i].manual = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 	}
 	end_short_xact(cxt);
 	*msgs = out;
@@ -224,21 +223,6 @@ settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
 	}
 }
 
-/* A one-dimensional array of n Datums of a type. */
-static Datum
-make_array(Datum *elems, bool *nulls, int n, Oid type)
-{
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-
-	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
-	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, type,
-											  typlen, typbyval, typalign));
-}
-
 /*
  * Writes the settled messages with disposition d (RELAY_REQUEUE: into the
  * retry queue, or its row updated; RELAY_DEAD: out of the retry queue into
@@ -258,16 +242,16 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 	if (c.n == 0)
 		return;
 	values[0] = CStringGetTextDatum(p->name);
-	values[1] = make_array(c.outbox, NULL, c.n, TEXTOID);
-	values[2] = make_array(c.id, NULL, c.n, INT8OID);
-	values[3] = make_array(c.payload, NULL, c.n, TEXTOID);
-	values[4] = make_array(c.headers, c.headers_null, c.n, TEXTOID);
-	values[5] = make_array(c.created_at, NULL, c.n, TEXTOID);
-	values[6] = make_array(c.attempts, NULL, c.n, INT4OID);
-	values[7] = make_array(c.delay_or_reason, NULL, c.n, d == RELAY_DEAD ? TEXTOID : INT4OID);
-	values[8] = make_array(c.status, NULL, c.n, INT4OID);
-	values[9] = make_array(c.error_class, NULL, c.n, TEXTOID);
-	values[10] = make_array(c.error, NULL, c.n, TEXTOID);
+	values[1] = RelayMakeArray(c.outbox, NULL, c.n, TEXTOID);
+	values[2] = RelayMakeArray(c.id, NULL, c.n, INT8OID);
+	values[3] = RelayMakeArray(c.payload, NULL, c.n, TEXTOID);
+	values[4] = RelayMakeArray(c.headers, c.headers_null, c.n, TEXTOID);
+	values[5] = RelayMakeArray(c.created_at, NULL, c.n, TEXTOID);
+	values[6] = RelayMakeArray(c.attempts, NULL, c.n, INT4OID);
+	values[7] = RelayMakeArray(c.delay_or_reason, NULL, c.n, d == RELAY_DEAD ? TEXTOID : INT4OID);
+	values[8] = RelayMakeArray(c.status, NULL, c.n, INT4OID);
+	values[9] = RelayMakeArray(c.error_class, NULL, c.n, TEXTOID);
+	values[10] = RelayMakeArray(c.error, NULL, c.n, TEXTOID);
 
 	if (d == RELAY_REQUEUE)
 		ret = SPI_execute_with_args(
@@ -282,7 +266,7 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 			"        AS u(outbox, id, payload, headers, created_at, attempts, delay_ms, status, error_class, error)"
 			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
 			"    SET attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
-			"        last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
+			"        manual = false, last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
 			"        last_error = EXCLUDED.last_error",
 			11, argtypes, values, NULL, false, 0);
 	else
@@ -312,8 +296,8 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
  * Records a delivered batch in one transaction (see the top of this file):
  * disables the pipeline after 410 Gone, commits the live lease up to
  * offset_id (an ERROR when the lease is no longer the consumer's) and moves
- * the durable offset forward, queues and dead-letters the failures, and
- * takes delivered messages out of the retry queue.
+ * the durable offset forward, queues and dead-letters the failures, takes
+ * delivered messages out of the retry queue and logs the attempts.
  */
 void
 RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
@@ -351,6 +335,7 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 	}
 	record_failures(p, s, RELAY_REQUEUE);
 	record_failures(p, s, RELAY_DEAD);
+	RelayLogAttempts(p, s, s->sent_at);
 	for (i = 0; i < s->n; i++)
 		if (s->disp[i] == RELAY_DONE)
 			done[ndone++] = Int64GetDatum(s->msgs[i].id);
@@ -360,7 +345,7 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 		Datum		args[2];
 
 		args[0] = values[3];
-		args[1] = make_array(done, NULL, ndone, INT8OID);
+		args[1] = RelayMakeArray(done, NULL, ndone, INT8OID);
 		if (SPI_execute_with_args("DELETE FROM tide.relay_retry_queue"
 								  " WHERE pipeline_id = $1 AND message_id = ANY ($2)",
 								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)

@@ -10,7 +10,9 @@
 
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "storage/spin.h"
 
 #include "sink.h"
@@ -59,6 +61,7 @@ typedef struct RelayWorkerSlot
 	TimestampTz registered_at;
 	TimestampTz started_at;
 	RelayExitReason exit_reason;
+	bool		serving;		/* a pass found pg_tide installed */
 	pg_atomic_uint64 passes;
 	pg_atomic_uint64 wakeups;
 } RelayWorkerSlot;
@@ -98,6 +101,7 @@ typedef struct RelayPipeline
 	int			retry_base_ms;	/* backoff after a failed delivery */
 	int			retry_cap_ms;
 	int			retry_max_attempts; /* attempts before a message is dead-lettered */
+	bool		log_attempts;	/* attempt_log: a row in relay_attempts per attempt */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
 	RelaySink	sink;
 } RelayPipeline;
@@ -115,18 +119,21 @@ typedef enum RelayDisposition
 typedef struct RelaySettlement
 {
 	int64		offset_id;		/* commit the live lease up to this id; 0: none */
+	TimestampTz sent_at;		/* when the batch was sent */
 	bool		disable;		/* the receiver answered 410 Gone */
 	int			n;
 	const RelayMessage *msgs;
 	const RelayMessageOutcome *each;
 	RelayDisposition *disp;
 	int		   *attempts;		/* failed attempts, this one included */
+	int		   *attempt_no;		/* the attempt's number for relay_attempts; 0: not attempted */
 	long	   *delay_ms;		/* RELAY_REQUEUE: when to try again */
 	const char **reason;		/* RELAY_DEAD: 'permanent' or 'exhausted' */
 } RelaySettlement;
 
 /* GUCs */
 extern bool RelayEnabled;
+extern int	AttemptLogRetentionSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
 
@@ -149,6 +156,24 @@ extern int	RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessa
 extern int	RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
+
+/* attempt_log.c */
+extern Datum RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type);
+extern void RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s,
+							 TimestampTz sent_at);
+extern void RelayTrimAttemptLog(void);
+
+/*
+ * A worker that never sleeps (a backlog, a slow receiver) would not notice
+ * the postmaster's death in WaitLatch; it checks between batches, so an
+ * orphan stops at once and never delays the restart of the server.
+ */
+static inline void
+RelayExitIfPostmasterDied(void)
+{
+	if (!PostmasterIsAlive())
+		proc_exit(1);
+}
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

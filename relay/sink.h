@@ -28,6 +28,7 @@ typedef struct RelayMessage
 	char	   *headers;		/* jsonb as JSON text, or NULL */
 	char	   *created_at;		/* timestamptz as a JSON string, quotes included */
 	int			attempts;		/* failed attempts before this one */
+	bool		manual;			/* queued again by an operator (relay_dlq_retry) */
 } RelayMessage;
 
 /* A file pipeline's settings, from its config. */
@@ -82,6 +83,8 @@ typedef enum RelayOutcome
 typedef struct RelayMessageOutcome
 {
 	RelayOutcome outcome;
+	double		latency_ms;		/* from sending to the answer or the failure */
+	const char *response;		/* the answer's first bytes, raw, or NULL */
 	long		status;			/* HTTP status, or 0 */
 	long		retry_after_ms; /* the receiver's Retry-After, or -1 */
 	char		error_class[32];	/* http_4xx, http_5xx, timeout, connection, blocked_ssrf, ... */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "lib/stringinfo.h"
+#include "portability/instr_time.h"
 
 #include "sink.h"
 
@@ -89,6 +90,8 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 	int			fd;
 	int			i;
 	bool		ok = false;
+	instr_time	start;
+	instr_time	elapsed;
 
 	initStringInfo(&buf);
 	for (i = 0; i < nmsgs; i++)
@@ -97,6 +100,7 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 		appendStringInfoChar(&buf, '\n');
 	}
 
+	INSTR_TIME_SET_CURRENT(start);
 	fd = open(path, O_RDWR | O_APPEND | O_CREAT | PG_BINARY, S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
@@ -142,5 +146,9 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 done:
 	if (close(fd) != 0 && ok)
 		fail(result, nmsgs, "close", path);
+	INSTR_TIME_SET_CURRENT(elapsed);
+	INSTR_TIME_SUBTRACT(elapsed, start);
+	for (i = 0; i < nmsgs; i++)
+		result->each[i].latency_ms = INSTR_TIME_GET_MILLISEC(elapsed);
 	pfree(buf.data);
 }

@@ -46,6 +46,8 @@
 #include "common/base64.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
 #include "portability/instr_time.h"
 #include "utils/json.h"
 
@@ -396,11 +398,23 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 
 	memset(&o, 0, sizeof(o));
 	o.retry_after_ms = r->retry_after_ms;
+	if (r->started)
+	{
+		curl_off_t	us = 0;
+
+		if (curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK)
+			o.latency_ms = us / 1000.0;
+		if (r->resp_len > 0)
+			o.response = pnstrdup(r->resp, r->resp_len);
+	}
 	if (!r->started)
 		RelaySetFailure(&o, RELAY_NOT_SENT, "not_sent", 0,
 						"not sent: an earlier failure or the batch's timeout_ms came first");
 	else if (request_ok(r))
+	{
 		o.outcome = RELAY_DELIVERED;
+		o.status = r->status;
+	}
 	else if (r->blocked)
 		RelaySetFailure(&o, RELAY_UNREACHABLE, "blocked_ssrf", 0,
 						"blocked_ssrf: the URL resolves to a loopback, private, link-local or other "
@@ -612,6 +626,9 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		if (running > 0)
 			curl_multi_poll(multi, NULL, 0, (int) Min(left_ms, WEBHOOK_POLL_SLICE_MS), NULL);
 		CHECK_FOR_INTERRUPTS();
+		/* An orphan of a dead postmaster stops at once (see relay.h). */
+		if (!PostmasterIsAlive())
+			proc_exit(1);
 	}
 
 	for (i = 0; i < nreqs; i++)

@@ -148,7 +148,8 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 					"            THEN least(greatest((config #>> '{retry,max_attempts}')::numeric, 1), 100)::int"
 					"            ELSE 10 END,"
 					"       md5(config::text),"
-					"       config ->> 'ordering' IS NOT DISTINCT FROM 'strict'"
+					"       config ->> 'ordering' IS NOT DISTINCT FROM 'strict',"
+					"       config -> 'attempt_log' IS DISTINCT FROM 'false'::jsonb"
 					"  FROM tide.relay_outbox_config"
 					" WHERE enabled AND config ? 'consumer_group' AND config ? 'outbox'"
 					"   AND ((config ->> 'sink_type' = 'file' AND config ? 'path')"
@@ -173,6 +174,7 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 			p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
 			p->strict = DatumGetBool(SPI_getbinval(tup, desc, 21, &isnull));
 			p->sink.stop_at_failure = p->strict;
+			p->log_attempts = DatumGetBool(SPI_getbinval(tup, desc, 22, &isnull));
 			p->retry_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 17, &isnull));
 			p->retry_cap_ms = Max(p->retry_base_ms,
 								  DatumGetInt32(SPI_getbinval(tup, desc, 18, &isnull)));
@@ -225,6 +227,7 @@ typedef struct PipelineState
 	char		config_md5[33]; /* the config the state was reached with */
 	TimestampTz held_until;		/* 0: not held */
 	int			holds;			/* failed attempts in a row while held */
+	int64		held_at;		/* the message it is held at */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
 } PipelineState;
 
@@ -327,6 +330,7 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 	long		delay;
 
 	st->holds++;
+	st->held_at = m->id;
 	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->retry_after_ms);
 	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
 	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
@@ -376,11 +380,12 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	int			nqueued = 0;
 	long		first_delay = -1;
 
+	memset(&s, 0, sizeof(s));
+	s.sent_at = GetCurrentTimestamp();
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
 	RelaySinkDeliver(&p->sink, msgs, n, &r);
 	pgstat_report_activity(STATE_IDLE, NULL);
 
-	memset(&s, 0, sizeof(s));
 	s.n = n;
 	s.msgs = msgs;
 	s.each = r.each;
@@ -388,6 +393,13 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	s.attempts = palloc0(sizeof(int) * n);
 	s.delay_ms = palloc0(sizeof(long) * n);
 	s.reason = palloc0(sizeof(char *) * n);
+	s.attempt_no = palloc0(sizeof(int) * n);
+
+	/* Every request made is an attempt; a message held at counts its holds. */
+	for (i = 0; i < n; i++)
+		if (r.each[i].outcome != RELAY_NOT_SENT)
+			s.attempt_no[i] = msgs[i].attempts + 1 +
+				(!from_queue && st->holds > 0 && msgs[i].id == st->held_at ? st->holds : 0);
 
 	/* How many messages, from the first, this record may settle. */
 	if (r.gone)
@@ -532,6 +544,7 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
+		RelayExitIfPostmasterDied();
 		n = RelayLeaseBatch(p, cxt, &msgs);
 		if (n == 0)
 			break;
@@ -619,6 +632,12 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: looking for work");
 
 	installed = OidIsValid(get_extension_oid("pg_tide", true));
+	if (installed && !my_slot->serving)
+	{
+		SpinLockAcquire(&Relay->mutex);
+		my_slot->serving = true;
+		SpinLockRelease(&Relay->mutex);
+	}
 	*has_work = false;
 	if (installed)
 		pipelines = read_pipelines(loop_cxt, has_work);
@@ -629,6 +648,8 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 	MemoryContextSwitchTo(loop_cxt);
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
+	if (installed)
+		RelayTrimAttemptLog();
 	return installed;
 }
 

@@ -155,6 +155,7 @@ CREATE TABLE tide.relay_retry_queue (
 	created_at			timestamptz NOT NULL,
 	attempts			int NOT NULL,
 	next_attempt_at		timestamptz NOT NULL,
+	manual				boolean NOT NULL DEFAULT false,
 	first_failed_at		timestamptz NOT NULL DEFAULT now(),
 	last_status			int,
 	last_error_class	text,
@@ -188,6 +189,34 @@ CREATE TABLE tide.relay_dlq (
 CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
 COMMENT ON TABLE tide.relay_dlq
 	IS 'Dead letters: messages a pipeline could not deliver, kept until retried or purged';
+
+-- One row per delivery attempt, written by the relay worker in the
+-- transaction that records the batch (relay/attempt_log.c), unless the
+-- pipeline's config says "attempt_log": false. Rows older than
+-- pg_tide.attempt_log_retention are deleted by the worker.
+CREATE TABLE tide.relay_attempts (
+	id					bigserial PRIMARY KEY,
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	attempt				int NOT NULL,
+	manual				boolean NOT NULL DEFAULT false,
+	status				text NOT NULL,
+	response_code		int,
+	error_class			text,
+	error				text,
+	latency_ms			real,
+	response_snippet	text,
+	attempted_at		timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT relay_attempts_status_check CHECK (status IN ('success', 'failed'))
+);
+-- the attempts of a message; the failures of a pipeline; retention
+CREATE INDEX relay_attempts_message ON tide.relay_attempts (pipeline_id, message_id);
+CREATE INDEX relay_attempts_failures ON tide.relay_attempts (pipeline_id, attempted_at)
+	WHERE status = 'failed';
+CREATE INDEX relay_attempts_attempted_at ON tide.relay_attempts USING brin (attempted_at);
+COMMENT ON TABLE tide.relay_attempts
+	IS 'Delivery attempts: one row per request a pipeline made, with its outcome';
 
 -- Wakes the database's relay worker at commit, so that a changed pipeline
 -- or a queued retry is acted on at once (src/relay_control.c).
@@ -238,6 +267,8 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_consumer_offsets', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_retry_queue', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts_id_seq', '');
 
 -- ---------------------------------------------------------------------------
 -- Internal SQL helpers
@@ -1670,7 +1701,7 @@ AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
 						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
-						  'allow_http', 'allow_private_network', 'retry', 'ordering'];
+						  'allow_http', 'allow_private_network', 'retry', 'ordering', 'attempt_log'];
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
@@ -1700,6 +1731,7 @@ BEGIN
 		'timeout_ms', tide._relay_int(p_config, 'timeout_ms', 'timeout_ms', 100, 600000, 10000),
 		'signature', tide._relay_choice(p_config, 'signature', ARRAY['standard', 'pg-tide'], 'standard'),
 		'ordering', tide._relay_choice(p_config, 'ordering', ARRAY['relaxed', 'strict'], 'relaxed'),
+		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
 		'allow_http', allow_http,
 		'allow_private_network', tide._relay_bool(p_config, 'allow_private_network', false));
 
@@ -1770,7 +1802,8 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync'];
+	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync',
+						  'attempt_log'];
 	hint text := 'Give "path" as an absolute file name such as "/var/log/pg_tide/orders.jsonl".';
 BEGIN
 	PERFORM tide._relay_check_keys(p_config, known, '');
@@ -1793,7 +1826,8 @@ BEGIN
 		'sink_type', 'file',
 		'path', p_config -> 'path',
 		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
-		'fsync', tide._relay_bool(p_config, 'fsync', true));
+		'fsync', tide._relay_bool(p_config, 'fsync', true),
+		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true));
 END
 $$;
 
@@ -2020,12 +2054,12 @@ BEGIN
 				  first_failed_at, last_status, last_error_class, last_error)
 	INSERT INTO tide.relay_retry_queue AS q
 		(pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,
-		 next_attempt_at, first_failed_at, last_status, last_error_class, last_error)
+		 next_attempt_at, manual, first_failed_at, last_status, last_error_class, last_error)
 	SELECT pipeline_id, outbox_name, message_id, payload, headers, created_at, 0,
-		   now(), first_failed_at, last_status, last_error_class, last_error
+		   now(), true, first_failed_at, last_status, last_error_class, last_error
 	  FROM d
 	ON CONFLICT (pipeline_id, message_id) DO UPDATE
-	   SET attempts = 0, next_attempt_at = now();
+	   SET attempts = 0, next_attempt_at = now(), manual = true;
 	GET DIAGNOSTICS n = ROW_COUNT;
 	IF n > 0 THEN
 		PERFORM tide._relay_wake_worker();

@@ -300,13 +300,14 @@ tide_relay_workers(PG_FUNCTION_ARGS)
 		char	   *datname;
 
 		SpinLockAcquire(&Relay->mutex);
-		running = slot->in_use && !slot->exited && slot->pid != 0 && slot->started_at != 0;
+		running = slot->in_use && !slot->exited && slot->pid != 0 && slot->started_at != 0 &&
+			slot->serving;
 		dboid = slot->dboid;
 		pid = slot->pid;
 		started_at = slot->started_at;
 		SpinLockRelease(&Relay->mutex);
-		/* A worker shows once a pass found pg_tide in its database. */
-		if (!running || pg_atomic_read_u64(&slot->passes) == 0)
+		/* A worker shows once its first pass found pg_tide in its database. */
+		if (!running)
 			continue;
 
 		datname = get_database_name(dboid);

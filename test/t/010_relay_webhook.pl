@@ -164,11 +164,27 @@ ok($node->poll_query_until('postgres',
 		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
 	'the offset ends at the last id');
 
+# The attempt log has one row per request: attempt 1, success, 200, the
+# latency and the answer's first bytes (control characters stripped).
+is($node->safe_psql('postgres',
+		"SELECT count(*) || ' ' || count(DISTINCT message_id) || ' ' || bool_and(attempt = 1 AND status = 'success'
+		        AND response_code = 200 AND latency_ms > 0 AND response_snippet = 'ok' AND NOT manual
+		        AND error_class IS NULL AND outbox_name = 'orders')
+		   FROM tide.relay_attempts WHERE pipeline_id = 'hook' AND message_id BETWEEN $ids[0] AND $ids[-1]"),
+	'50 50 true', 'relay_attempts: one successful attempt per message, with status, latency and answer');
+
 # Two 503s with Retry-After: 1, then 200.
 control({ fail => [ 503, 503 ], retry_after => 1 });
 @ids = publish(5);
 ok(defined wait_for_ids(\@ids, 15), 'after two 503s the messages still arrive');
 is(scalar(grep { $_->{status} == 503 } requests()), 2, 'the receiver answered 503 twice');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(attempt || ':' || status || ':' || coalesce(response_code::text, '-') || ':'
+		                   || coalesce(error_class, '-'), ',' ORDER BY id)
+		   FROM tide.relay_attempts WHERE pipeline_id = 'hook' AND message_id BETWEEN $ids[0] AND $ids[-1]
+		    AND message_id IN (SELECT message_id FROM tide.relay_attempts WHERE status = 'failed')"),
+	'1:failed:503:http_5xx,1:failed:503:http_5xx,2:success:200:-,2:success:200:-',
+	'relay_attempts shows each retried message\'s failed first and successful second attempt');
 ok($node->poll_query_until('postgres',
 		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
 	'the offset ends at the last id after the retries');
@@ -190,8 +206,9 @@ is($multi[0]{headers}{'webhook-id'}, "outbox_orders:$mm[0]{message_id}-$mm[-1]{m
 is(scalar(grep { !signature_ok($_) } @batch), 0, 'batch signatures verify');
 is(scalar(grep { !$_->{sig} } @batch), 0, 'the receiver verifies the batch signatures too');
 
-# signature 'pg-tide': X-Pg-Tide-Signature, the first secret over the body.
-set_hook({ signature => 'pg-tide' });
+# signature 'pg-tide': X-Pg-Tide-Signature, the first secret over the body
+# (and "attempt_log": false: no rows in relay_attempts).
+set_hook({ signature => 'pg-tide', attempt_log => JSON::PP::false });
 $nreq = scalar(requests());
 @ids = publish(2);
 ok(defined wait_for_ids(\@ids, 10), 'pg-tide signature: the messages arrive');
@@ -200,6 +217,9 @@ my @pgt = grep { $_->{path} eq '/hook' } (requests())[ $nreq .. scalar(requests(
 is(scalar(grep { ($_->{headers}{'x-pg-tide-signature'} // '') ne 'sha256=' . hmac_sha256_hex($_->{body}, $key0)
 			  || exists $_->{headers}{'webhook-signature'} } @pgt),
 	0, 'X-Pg-Tide-Signature is sha256=<hex HMAC of the body>, and no webhook-signature');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM tide.relay_attempts WHERE message_id BETWEEN $ids[0] AND $ids[-1]"),
+	'0', 'with attempt_log false no attempt is logged');
 set_hook();
 
 # The ids of the pipeline's dead letters, and of its retry queue.
@@ -255,6 +275,11 @@ ok($node->poll_query_until('postgres',
 		"SELECT NOT EXISTS (SELECT FROM tide.relay_dlq WHERE pipeline_id = 'hook')
 		    AND NOT EXISTS (SELECT FROM tide.relay_retry_queue WHERE pipeline_id = 'hook')"),
 	'after the retry, neither relay_dlq nor the retry queue holds it');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(attempt || ':' || manual || ':' || status || ':' || coalesce(response_code::text, '-'),
+		                   ',' ORDER BY id)
+		   FROM tide.relay_attempts WHERE pipeline_id = 'hook' AND message_id = $dead"),
+	'1:false:failed:400,1:true:success:200', 'the manual retry shows in relay_attempts as manual');
 
 # Retries run out: max_attempts 2 against a receiver answering 503.
 set_hook({ retry => { base_ms => 50, cap_ms => 200, max_attempts => 2 } });
@@ -381,6 +406,21 @@ ok(defined wait_for_ids(\@ids, 15), 'the receiver back, everything arrives');
 ok($node->poll_query_until('postgres',
 		"SELECT last_change_id = $ids[-1] FROM tide.relay_consumer_offsets WHERE pipeline_id = 'hook'"),
 	'the offset ends at the last id');
+
+# Retention of the attempt log: a worker deletes rows older than
+# pg_tide.attempt_log_retention (its first pass trims; then once a minute).
+$node->safe_psql('postgres',
+	"INSERT INTO tide.relay_attempts (pipeline_id, outbox_name, message_id, attempt, status, attempted_at)
+	 VALUES ('hook', 'orders', -1, 1, 'success', now() - interval '2 hours')");
+my $recent = $node->safe_psql('postgres', "SELECT count(*) FROM tide.relay_attempts WHERE message_id > 0");
+$node->safe_psql('postgres', "ALTER SYSTEM SET pg_tide.attempt_log_retention = '1h'");
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$node->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker'");
+ok($node->poll_query_until('postgres', "SELECT NOT EXISTS (SELECT FROM tide.relay_attempts WHERE message_id = -1)"),
+	'an attempt older than the retention is deleted');
+is($node->safe_psql('postgres', "SELECT count(*) FROM tide.relay_attempts WHERE message_id > 0"), $recent,
+	'the recent attempts stay');
 
 note(sprintf('test took %.1f s', time() - $t_start));
 stop_receiver();

@@ -1,0 +1,214 @@
+/*
+ * attempt_log.c
+ *		The delivery attempt log, tide.relay_attempts: one row per attempt
+ *		(pipeline, message, attempt number, manual or not, success or
+ *		failure, HTTP status, error class and error, latency, the first
+ *		bytes of the answer), and its retention.
+ *
+ * The rows of a batch are written with one INSERT ... SELECT FROM unnest()
+ * inside the transaction that records the batch (lease.c), so the log
+ * costs one statement per batch and says exactly what the offsets say. A
+ * pipeline with "attempt_log": false writes none. Once a minute the worker
+ * deletes rows older than pg_tide.attempt_log_retention, in bounded chunks.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "mb/pg_wchar.h"
+#include "pgstat.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "relay.h"
+
+/* Most bytes of an answer kept in the log. */
+#define ATTEMPT_SNIPPET_BYTES	2048
+/* Rows the retention deletes per statement, and how often it runs. */
+#define ATTEMPT_TRIM_CHUNK		10000
+#define ATTEMPT_TRIM_EVERY_MS	60000
+
+int			AttemptLogRetentionSecs = 7 * 24 * 3600;
+
+/*
+ * The answer's first bytes as text the database can store: control
+ * characters dropped, bytes that are not valid in the database encoding
+ * replaced by '?', at most ATTEMPT_SNIPPET_BYTES.
+ */
+static char *
+snippet(const char *raw)
+{
+	StringInfoData clean;
+	StringInfoData out;
+	int			pos = 0;
+
+	initStringInfo(&clean);
+	for (; *raw && clean.len < ATTEMPT_SNIPPET_BYTES; raw++)
+		if ((unsigned char) *raw >= 0x20 && *raw != 0x7f)
+			appendStringInfoChar(&clean, *raw);
+	initStringInfo(&out);
+	while (pos < clean.len)
+	{
+		int			valid = pg_encoding_verifymbstr(GetDatabaseEncoding(),
+												   clean.data + pos, clean.len - pos);
+
+		appendBinaryStringInfo(&out, clean.data + pos, valid);
+		pos += valid;
+		if (pos < clean.len)
+		{
+			appendStringInfoChar(&out, '?');
+			pos++;
+		}
+	}
+	pfree(clean.data);
+	return out.data;
+}
+
+/* A one-dimensional array of n Datums of a type, with optional nulls. */
+Datum
+RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, type,
+											  typlen, typbyval, typalign));
+}
+
+/*
+ * Writes one row per attempted message of the settlement (attempt_no > 0)
+ * into relay_attempts; the caller's transaction and SPI connection are
+ * used. sent_at is when the batch was sent.
+ */
+void
+RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz sent_at)
+{
+	Oid			argtypes[13] = {TEXTOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID,
+		INT4ARRAYOID, BOOLARRAYOID, BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+	TEXTARRAYOID, FLOAT4ARRAYOID, TEXTARRAYOID, INT4OID};
+	Datum		values[13];
+	Datum	   *cols[10];
+	bool	   *nulls[10];
+	Oid			types[10] = {TEXTOID, INT8OID, INT4OID, BOOLOID, BOOLOID, INT4OID,
+	TEXTOID, TEXTOID, FLOAT4OID, TEXTOID};
+	int			n = 0;
+	int			c;
+	int			i;
+
+	if (!p->log_attempts)
+		return;
+	for (c = 0; c < 10; c++)
+	{
+		cols[c] = palloc(sizeof(Datum) * Max(s->n, 1));
+		nulls[c] = palloc0(sizeof(bool) * Max(s->n, 1));
+	}
+	for (i = 0; i < s->n; i++)
+	{
+		const RelayMessage *m = &s->msgs[i];
+		const RelayMessageOutcome *o = &s->each[i];
+		bool		ok = o->outcome == RELAY_DELIVERED;
+
+		if (s->attempt_no[i] <= 0)
+			continue;
+		cols[0][n] = CStringGetTextDatum(m->outbox);
+		cols[1][n] = Int64GetDatum(m->id);
+		cols[2][n] = Int32GetDatum(s->attempt_no[i]);
+		cols[3][n] = BoolGetDatum(m->manual);
+		cols[4][n] = BoolGetDatum(ok);
+		cols[5][n] = Int32GetDatum((int32) o->status);
+		nulls[5][n] = (o->status == 0);
+		cols[6][n] = CStringGetTextDatum(o->error_class);
+		nulls[6][n] = ok || o->error_class[0] == '\0';
+		cols[7][n] = CStringGetTextDatum(o->error);
+		nulls[7][n] = ok || o->error[0] == '\0';
+		cols[8][n] = Float4GetDatum((float4) o->latency_ms);
+		cols[9][n] = o->response ? CStringGetTextDatum(snippet(o->response)) : (Datum) 0;
+		nulls[9][n] = (o->response == NULL);
+		n++;
+	}
+	if (n == 0)
+		return;
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = TimestampTzGetDatum(sent_at);
+	for (c = 0; c < 10; c++)
+		values[2 + c] = RelayMakeArray(cols[c], nulls[c], n, types[c]);
+	values[12] = Int32GetDatum(n);
+	if (SPI_execute_with_args("INSERT INTO tide.relay_attempts"
+							  "  (pipeline_id, outbox_name, message_id, attempt, manual, status,"
+							  "   response_code, error_class, error, latency_ms, response_snippet,"
+							  "   attempted_at)"
+							  " SELECT $1, u.outbox, u.id, u.attempt, u.manual,"
+							  "        CASE WHEN u.ok THEN 'success' ELSE 'failed' END,"
+							  "        u.status, u.error_class, u.error, u.latency_ms, u.snippet, $2"
+							  "   FROM unnest($3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							  "        AS u(outbox, id, attempt, manual, ok, status, error_class, error,"
+							  "             latency_ms, snippet)",
+							  12, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not log the delivery attempts of pipeline \"%s\"", p->name);
+}
+
+/*
+ * Deletes attempt rows older than pg_tide.attempt_log_retention (0 keeps
+ * them), a chunk at a time, at most once a minute; in its own transaction.
+ * Runs between passes, so a large backlog of old rows is worked off over
+ * several passes without holding up delivery.
+ */
+void
+RelayTrimAttemptLog(void)
+{
+	static TimestampTz last_trim = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Datum		values[2];
+	Oid			nsp;
+	Oid			rel;
+
+	if (AttemptLogRetentionSecs <= 0 ||
+		!TimestampDifferenceExceeds(last_trim, now, ATTEMPT_TRIM_EVERY_MS))
+		return;
+	last_trim = now;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: trimming the attempt log");
+
+	/* A DROP EXTENSION in progress is passed over, not waited for. */
+	nsp = get_namespace_oid("tide", true);
+	rel = OidIsValid(nsp) ? get_relname_relid("relay_attempts", nsp) : InvalidOid;
+	if (!OidIsValid(rel) || !ConditionalLockRelationOid(rel, RowExclusiveLock))
+	{
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		return;
+	}
+	values[0] = Int32GetDatum(AttemptLogRetentionSecs);
+	values[1] = Int32GetDatum(ATTEMPT_TRIM_CHUNK);
+	if (SPI_execute_with_args("DELETE FROM tide.relay_attempts WHERE id IN ("
+							  " SELECT id FROM tide.relay_attempts"
+							  "  WHERE attempted_at < now() - $1 * interval '1 second'"
+							  "  LIMIT $2)",
+							  2, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not trim tide.relay_attempts");
+	/* More than a chunk was due: the next pass goes on. */
+	if (SPI_processed == ATTEMPT_TRIM_CHUNK)
+		last_trim = 0;
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
