@@ -4,11 +4,17 @@
  *		short transaction of its own, so that no transaction is open while
  *		the sink delivers.
  *
- * 1. Lease: tide.poll_outbox(consumer_group, 'relay:<pipeline>', batch_size,
+ * 1. Lease: a read-only look first (does the pipeline hold a lease, or
+ *	  would a poll of its group find anything), so that an idle pipeline
+ *	  writes nothing; then
+ *	  tide.poll_outbox(consumer_group, 'relay:<pipeline>', batch_size,
  *	  lease_seconds) claims the next batch for the pipeline's consumer (or
  *	  hands back the lease it already holds), and the rows are copied into
- *	  the caller's memory before the transaction commits. Messages due for
- *	  another attempt are taken from the pipeline's retry queue likewise.
+ *	  the caller's memory before the transaction commits. That commit does
+ *	  not wait for its WAL to reach disk: a lease lost in a crash only means
+ *	  the batch in flight is leased and delivered again, and the record's
+ *	  commit, which waits, makes the lease durable with it. Messages due
+ *	  for another attempt are taken from the pipeline's retry queue.
  * 2. The caller delivers with no transaction open.
  * 3. Record, all in one transaction: tide.commit_offset acknowledges the
  *	  lease up to the last message whose fate is known (an ERROR when the
@@ -26,12 +32,19 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "utils/guc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
+#include "pg_tide.h"
 #include "relay.h"
+
+static SPIPlanPtr own_lease_plan = NULL;
+static SPIPlanPtr lease_plan = NULL;
+static SPIPlanPtr commit_offset_plan = NULL;
+static SPIPlanPtr durable_offset_plan = NULL;
 
 /* Starts a short transaction with a snapshot and SPI. */
 static void
@@ -77,6 +90,7 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 	Datum		values[4];
 	int			n;
 	int			i;
+	bool		isnull;
 	RelayMessage *out;
 
 	begin_short_xact("pg_tide relay: leasing a batch");
@@ -84,9 +98,25 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 	values[1] = CStringGetTextDatum(p->consumer);
 	values[2] = Int32GetDatum(p->batch_size);
 	values[3] = Int32GetDatum(p->lease_seconds);
-	if (SPI_execute_with_args("SELECT id, payload::text, headers::text, to_json(created_at)::text"
-							  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
-							  4, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
+	if (SPI_execute_plan(TidePlan(&own_lease_plan,
+								  "SELECT FROM tide.tide_consumer_leases"
+								  " WHERE group_name = $1 AND consumer_id = $2",
+								  2, argtypes),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for messages of pipeline \"%s\"", p->name);
+	if (SPI_processed == 0 && !TideGroupHasMessages(p->consumer_group))
+	{
+		end_short_xact(cxt);
+		*msgs = NULL;
+		return 0;
+	}
+	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	if (SPI_execute_plan(TidePlan(&lease_plan,
+								  "SELECT id, payload::text, headers::text, to_json(created_at)::text"
+								  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
+								  4, argtypes),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not lease a batch for pipeline \"%s\"", p->name);
 
 	n = (int) SPI_processed;
@@ -95,7 +125,6 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
 
 		out[i].id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 		out[i].outbox = p->outbox;
@@ -320,17 +349,20 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 		elog(ERROR, "could not disable pipeline \"%s\"", p->name);
 	if (s->offset_id > 0)
 	{
-		if (SPI_execute_with_args("SELECT tide.commit_offset($1, $2, $3)",
-								  3, argtypes, values, NULL, false, 0) != SPI_OK_SELECT)
+		if (SPI_execute_plan(TidePlan(&commit_offset_plan, "SELECT tide.commit_offset($1, $2, $3)",
+									  3, argtypes),
+							 values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not commit the offset of pipeline \"%s\"", p->name);
 		/* relay_group_id is the consumer group, as relay_set_outbox keeps it. */
-		if (SPI_execute_with_args("INSERT INTO tide.relay_consumer_offsets AS o"
-								  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, updated_at)"
-								  " VALUES ($1, $4, $5, $3, now())"
-								  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
-								  "   SET last_change_id = greatest(o.last_change_id, EXCLUDED.last_change_id),"
-								  "       updated_at = now()",
-								  5, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
+		if (SPI_execute_plan(TidePlan(&durable_offset_plan,
+									  "INSERT INTO tide.relay_consumer_offsets AS o"
+									  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, updated_at)"
+									  " VALUES ($1, $4, $5, $3, now())"
+									  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
+									  "   SET last_change_id = greatest(o.last_change_id, EXCLUDED.last_change_id),"
+									  "       updated_at = now()",
+									  5, argtypes),
+							 values, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not record the offset of pipeline \"%s\"", p->name);
 	}
 	record_failures(p, s, RELAY_REQUEUE);

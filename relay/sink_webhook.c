@@ -623,6 +623,9 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		}
 		if (running == 0 && (stopped || next >= nreqs))
 			break;
+		/* Slots freed: fill them before waiting, so none sits idle. */
+		if (!stopped && next < nreqs && running < cfg->max_in_flight)
+			continue;
 		if (running > 0)
 			curl_multi_poll(multi, NULL, 0, (int) Min(left_ms, WEBHOOK_POLL_SLICE_MS), NULL);
 		CHECK_FOR_INTERRUPTS();

@@ -60,6 +60,10 @@
 #define RELAY_SLEEP_SLICE_MS 250
 
 static RelayWorkerSlot *my_slot = NULL;
+
+/* The statements of every pass, planned once. */
+static SPIPlanPtr any_enabled_plan = NULL;
+static SPIPlanPtr pipelines_plan = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
 
 /* Tells the launcher, through the slot, that this worker has ended and why. */
@@ -105,8 +109,10 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(rel)))
 		return NIL;
 	SPI_connect();
-	if (SPI_execute("SELECT 1 FROM tide.relay_outbox_config WHERE enabled LIMIT 1",
-					true, 1) == SPI_OK_SELECT)
+	if (SPI_execute_plan(TidePlan(&any_enabled_plan,
+								  "SELECT 1 FROM tide.relay_outbox_config WHERE enabled LIMIT 1",
+								  0, NULL),
+						 NULL, NULL, true, 1) == SPI_OK_SELECT)
 		*any_enabled = SPI_processed > 0;
 
 	/*
@@ -114,7 +120,8 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 	 * was set; a row written by hand that lacks a key is passed over.
 	 */
 	if (*any_enabled &&
-		SPI_execute("SELECT name, config ->> 'consumer_group', config ->> 'outbox',"
+		SPI_execute_plan(TidePlan(&pipelines_plan,
+					"SELECT name, config ->> 'consumer_group', config ->> 'outbox',"
 					"       config ->> 'sink_type', config ->> 'path',"
 					"       CASE WHEN jsonb_typeof(config -> 'batch_size') = 'number'"
 					"            THEN least(greatest((config ->> 'batch_size')::numeric, 1), 1000)::int"
@@ -154,8 +161,8 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 					" WHERE enabled AND config ? 'consumer_group' AND config ? 'outbox'"
 					"   AND ((config ->> 'sink_type' = 'file' AND config ? 'path')"
 					"     OR (config ->> 'sink_type' = 'webhook' AND config ? 'url'))"
-					" ORDER BY name",
-					true, 0) == SPI_OK_SELECT)
+					" ORDER BY name", 0, NULL),
+						 NULL, NULL, true, 0) == SPI_OK_SELECT)
 	{
 		for (i = 0; i < SPI_processed; i++)
 		{

@@ -439,9 +439,12 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* Whether a poll of the group would return something now. */
-static bool
-group_has_messages(const char *group)
+/*
+ * Whether a poll of the group would return something now, other than a
+ * consumer's own lease; reads only (the relay asks before it leases).
+ */
+bool
+TideGroupHasMessages(const char *group)
 {
 	GroupRead	state;
 	int64		horizon;
@@ -491,7 +494,7 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 		long		remaining;
 
 		ConditionVariablePrepareToSleep(cv);
-		found = group_has_messages(group);
+		found = TideGroupHasMessages(group);
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (found || remaining <= 0)
 			break;

@@ -29,6 +29,9 @@ extern void TrackerRegisterXactCallback(void);
 extern int64 TrackerSafeHorizon(void);
 extern int64 TrackerSequenceLastValue(void);
 
+/* consumer.c: consumer groups */
+extern bool TideGroupHasMessages(const char *group);
+
 /* wake.c: wake on commit */
 extern Size WakeShmemSize(void);
 extern void WakeShmemInit(void *place, bool found);
