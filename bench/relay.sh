@@ -1,0 +1,469 @@
+#!/usr/bin/env bash
+# Relay delivery: how many messages per second the relay worker POSTs to the
+# test webhook receiver (test/receiver.c), in mode single (one message per
+# request, with and without a signing secret) and in mode batch (a JSON array
+# of batch_size messages per request), beside what the receiver itself takes
+# from wrk with requests of the same size and headers; and the end-to-end
+# latency from publishing to receipt at a steady rate. See bench/README.md.
+#
+# Throughput: N messages are published while the pipeline is disabled, then
+# one transaction enables it (and wakes the worker); the rate is N divided by
+# the time from that commit to the recording of the last message
+# (tide.relay_consumer_offsets.updated_at). Latency: pgbench publishes one
+# message per transaction at RATE/s for DURATION seconds from one client; the
+# receiver logs every request with its time of receipt; each message's
+# latency is its receipt time minus the time its publishing transaction's
+# commit returned to pgbench (pgbench's per-transaction log).
+#
+# Run as root. pg_tide must already be built and installed (run
+# test/demo.sh or test/run-tests.sh first); this script builds only
+# test/receiver. It starts its own throwaway cluster in
+# /tmp/pg_tide_bench_relay on port 5497 and stops it at the end
+# (KEEP_CLUSTER=1 leaves it running), and the receiver on a free port of
+# 127.0.0.1.
+#
+# Settings from the environment:
+#   DURATION   seconds per wrk run and per latency run (default 10)
+#   REPEATS    rounds (default 3); each figure is the median of the rounds
+#   N_SINGLE   messages per mode-single run (default 50000)
+#   N_BATCH    messages per mode-batch run (default 300000)
+#   RATE       messages/s of the latency run (default 200)
+#   SINGLE_BATCH_SIZE, MAX_IN_FLIGHT  mode single's batch_size (default 1000)
+#              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
+#              connections, and also 32
+#   BATCH_SIZE mode batch's batch_size (default 1000)
+# With the defaults it runs for about 3.5 minutes.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export TIDE_CLUSTER=/tmp/pg_tide_bench_relay
+export TIDE_PORT=5497
+BENCH_NAME=relay.sh
+# shellcheck source=lib.sh
+source "$BENCH_DIR/lib.sh"
+
+# lib.sh switches the relay off; here it is what is measured. The naptime
+# starts short, so that the worker soon sees the wake-up pipeline below, and
+# is then set to 60 s: every run wakes the worker with a commit, and the
+# latency run shows wake-on-commit, not polling.
+export TIDE_EXTRA_CONF="shared_buffers = 1GB
+max_wal_size = 16GB
+checkpoint_timeout = 30min
+max_connections = 50
+pg_tide.relay_enabled = on
+pg_tide.relay_naptime_ms = 200"
+
+# The NOTICEs of relay_delete and outbox_drop are expected.
+export PGOPTIONS="-c client_min_messages=warning"
+
+DURATION=${DURATION:-10}
+REPEATS=${REPEATS:-3}
+N_SINGLE=${N_SINGLE:-50000}
+N_BATCH=${N_BATCH:-300000}
+RATE=${RATE:-200}
+SINGLE_BATCH_SIZE=${SINGLE_BATCH_SIZE:-1000}
+MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
+BATCH_SIZE=${BATCH_SIZE:-1000}
+SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+
+# wrk, curl and jq come from Debian's packages; libmicrohttpd for the receiver.
+missing=()
+for tool in wrk curl jq; do
+	command -v "$tool" >/dev/null || missing+=("$tool")
+done
+dpkg-query -W -f='${Status}' libmicrohttpd-dev 2>/dev/null | grep -q "install ok installed" ||
+	missing+=(libmicrohttpd-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+make -s -C "$BENCH_DIR/.." test/receiver >/dev/null
+RECEIVER_BIN=$BENCH_DIR/../test/receiver
+
+RECEIVER_PIDS=()
+cleanup() {
+	local p
+	for p in "${RECEIVER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	bench_cleanup
+}
+trap cleanup EXIT
+
+# start_receiver <logfile or ->: starts a receiver on a free port of
+# 127.0.0.1 (from a random point of 20000-29999 on) and prints the port;
+# RECEIVER_PID is its pid.
+start_receiver() {
+	local p pid
+	for p in $(seq $((20000 + RANDOM % 9000)) 29999); do
+		ss -Hltn "sport = :$p" | grep -q . && continue
+		"$RECEIVER_BIN" "$p" "$1" 2>/dev/null &
+		pid=$!
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			if curl -sf "http://127.0.0.1:$p/__health" >/dev/null; then
+				RECEIVER_PIDS+=("$pid")
+				RECEIVER_PID=$pid
+				RECEIVER_PORT=$p
+				return
+			fi
+			sleep 0.05
+		done
+		kill "$pid" 2>/dev/null || true
+	done
+	echo "relay.sh: could not start the receiver" >&2
+	exit 1
+}
+
+control() { curl -sf -X POST --data "$2" "http://127.0.0.1:$1/__control" >/dev/null; }
+stats() { curl -sf "http://127.0.0.1:$1/__stats"; }
+
+tide_start_cluster
+"$PG_BIN/createdb" "$DB"
+# Two receivers: one for the latency run and the sample request, which logs
+# every request, and one for the throughput runs, which logs nothing.
+: >"$TIDE_CLUSTER/receiver.jsonl"
+start_receiver "$TIDE_CLUSTER/receiver.jsonl"
+LOG_PORT=$RECEIVER_PORT
+start_receiver -
+PORT=$RECEIVER_PORT
+
+log "creating pg_tide and the wake-up pipeline"
+# The worker wakes on publishing commits only while the database has an
+# enabled pipeline; 'wake' (a file pipeline of its own outbox) keeps one
+# enabled between the throughput runs, so that the commit that enables a
+# measured pipeline also wakes the worker (it publishes one message to
+# 'wake'), instead of the worker finding it after its 60 s naptime.
+psql_db >/dev/null <<SQL
+CREATE EXTENSION pg_tide;
+SELECT tide.outbox_create('wake', p_inline_threshold => 2000000000);
+SELECT tide.relay_set_outbox('wake', 'wake', 'wake',
+	'{"sink_type": "file", "path": "$TIDE_CLUSTER/wake.jsonl", "fsync": false}');
+-- The payload and headers of bench/tide_single.sql (about 200 and 114 bytes).
+CREATE SCHEMA bench;
+CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
+	SELECT jsonb_build_object('event', 'order.created',
+		'order_id', 10000000 + i, 'customer_id', 100000 + i % 900000,
+		'amount_cents', 100 + i % 99900, 'currency', 'EUR', 'items', 3,
+		'sku', 'SKU-' || lpad(((10000000 + i) % 100000000)::text, 8, '0'),
+		'created_at', now())
+\$\$;
+CREATE FUNCTION bench.headers(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
+	SELECT jsonb_build_object('trace_id', md5((10000000 + i)::text),
+		'source', 'checkout-service', 'content_type', 'application/json')
+\$\$;
+SQL
+
+# Once the worker has seen the wake-up pipeline it sleeps until commits wake
+# it; from then on the naptime is 60 s.
+passes() { psql_db -A -t -c "SELECT coalesce(max(passes), 0) FROM tide.relay_workers() WHERE database = '$DB'"; }
+p0=$(passes)
+for _ in $(seq 1 100); do
+	[ "$(passes)" -gt $((p0 + 1)) ] && break
+	sleep 0.1
+done
+psql_db -c "ALTER SYSTEM SET pg_tide.relay_naptime_ms = 60000" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+psql_db -A -t -c "SELECT version()" \
+	-c "SELECT 'pg_tide ' || extversion FROM pg_extension WHERE extname = 'pg_tide'"
+
+# pipeline_config <mode> <batch_size> <max_in_flight> <port> [signed]
+pipeline_config() {
+	local sig=""
+	[ "${5:-}" = signed ] && sig=", \"signing_secret\": \"$SECRET\""
+	printf '{"sink_type": "webhook", "url": "http://127.0.0.1:%s/hook", "allow_http": true, "allow_private_network": true, "mode": "%s", "batch_size": %s, "max_in_flight": %s%s}' \
+		"$4" "$1" "$2" "$3" "$sig"
+}
+
+# Creates outbox and pipeline <name> (disabled) and publishes <n> messages
+# into it, 10000 per call. Then vacuums and checkpoints, so that each run
+# starts from the same state.
+prepare_pipeline() {
+	local name=$1 config=$2 n=$3
+	psql_db <<SQL
+SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000);
+BEGIN;
+SELECT tide.relay_set_outbox('$name', '$name', '$name', '$config');
+SELECT tide.relay_disable('$name');
+COMMIT;
+DO \$\$
+BEGIN
+	FOR c IN 0 .. ($n - 1) / 10000 LOOP
+		PERFORM tide.outbox_publish_batch('$name',
+			(SELECT array_agg(bench.payload(i) ORDER BY i)
+			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $n - 1)) i),
+			bench.headers(c));
+		COMMIT;
+	END LOOP;
+END
+\$\$;
+VACUUM ANALYZE tide.tide_outbox_messages;
+CHECKPOINT;
+SQL
+}
+
+# Deletes pipeline and outbox <name> and their messages.
+drop_pipeline() {
+	psql_db -c "SELECT tide.relay_delete(name) FROM tide.relay_outbox_config WHERE name = '$1'" \
+		-c "SELECT tide.outbox_drop('$1', p_if_exists => true)" >/dev/null
+}
+
+# CPU seconds so far of a process (utime + stime).
+proc_cpu() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
+}
+# Seconds a process has run on a CPU and has waited for one (runnable but
+# not running): the second is how much the machine's other load held it back.
+proc_sched() {
+	awk '{ print $1 / 1e9, $2 / 1e9 }' "/proc/$1/schedstat"
+}
+# Busy CPU seconds of the whole machine.
+machine_cpu() {
+	awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { print ($2 + $3 + $4 + $7 + $8) / hz }' /proc/stat
+}
+
+# throughput <case> <mode> <n> <config> <round>: enables the prepared
+# pipeline, waits until its offset reaches the last message, and appends
+# "case round n seconds msg/s worker_cores receiver_cores machine_cores".
+throughput() {
+	local case=$1 mode=$2 n=$3 config=$4 round=$5 name last per_req start end secs wpid
+	local w0 r0 m0 w1 r1 m1 t0 t1 deadline q0 q1
+	name=${case}_$round
+	drop_pipeline "$name"
+	prepare_pipeline "$name" "$config" "$n" >/dev/null
+	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = '$name'")
+	if [ "$mode" = batch ]; then per_req=$BATCH_SIZE; else per_req=1; fi
+	control "$PORT" '{"reset": true}'
+	[ "$case" = single_signed ] && control "$PORT" "{\"secrets\": [\"$SECRET\"]}"
+	wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+	read -r w0 q0 < <(proc_sched "$wpid"); r0=$(proc_cpu "$RECEIVER_PID"); m0=$(machine_cpu); t0=$(date +%s.%N)
+	# One transaction enables the pipeline and wakes the worker; its
+	# clock_timestamp() is taken just before the commit.
+	start=$(psql_db -A -t <<SQL
+BEGIN;
+SELECT tide.relay_enable('$name');
+SELECT tide.outbox_publish('wake', '{}');
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+)
+	start=$(echo "$start" | tail -n 1)
+	deadline=$((SECONDS + 300))
+	# Cheap polling first (the receiver's request count), then the offset.
+	while :; do
+		if [ "$(stats "$PORT" | jq .requests)" -ge $((n / per_req)) ] &&
+			[ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; then
+			break
+		fi
+		if [ $SECONDS -gt $deadline ]; then
+			echo "relay.sh: $name: not delivered within 300 s: $(stats "$PORT")" >&2
+			tide_show_server_log
+			exit 1
+		fi
+		sleep 0.05
+	done
+	read -r w1 q1 < <(proc_sched "$wpid"); r1=$(proc_cpu "$RECEIVER_PID"); m1=$(machine_cpu); t1=$(date +%s.%N)
+	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
+	local st
+	st=$(stats "$PORT")
+	if [ "$case" = single_signed ] && [ "$(echo "$st" | jq .sig_ok)" -lt "$n" ]; then
+		echo "relay.sh: $name: signatures did not verify: $st" >&2
+		exit 1
+	fi
+	if [ "$(echo "$st" | jq '.requests - (.status["200"] // 0)')" -ne 0 ]; then
+		echo "relay.sh: $name: the receiver answered other than 200: $st" >&2
+		exit 1
+	fi
+	secs=$(awk "BEGIN { print $end - $start }")
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$round" "$n" "$secs" \
+		"$(awk "BEGIN { print $n / $secs }")" \
+		"$(awk "BEGIN { d = $t1 - $t0; print ($w1 - $w0) / d, ($r1 - $r0) / d, ($m1 - $m0) / d }" | tr ' ' '\t')" \
+		"$(echo "$st" | jq .requests)	$(awk "BEGIN { print ($q1 - $q0) / ($t1 - $t0) }")" >>"$RESULTS"
+	printf '  %-14s round %s  %7d messages in %6.3f s  %8.0f msg/s  (%s requests)\n' "$case" "$round" "$n" "$secs" \
+		"$(awk "BEGIN { print $n / $secs }")" "$(echo "$st" | jq .requests)"
+	[ "$case" = single_signed ] && control "$PORT" '{"secrets": null}'
+	drop_pipeline "$name"
+}
+
+# wrk_run <connections> <round>: the receiver's own rate with requests like
+# the relay's (wrk.lua, written from a real request below).
+wrk_run() {
+	local c=$1 round=$2 out rps r0 m0 r1 m1 t0 t1
+	out=$TIDE_CLUSTER/wrk_c${c}_$round.log
+	control "$PORT" '{"reset": true}'
+	r0=$(proc_cpu "$RECEIVER_PID"); m0=$(machine_cpu); t0=$(date +%s.%N)
+	wrk -t2 -c"$c" -d"${DURATION}s" -s "$TIDE_CLUSTER/wrk.lua" "http://127.0.0.1:$PORT/hook" >"$out" 2>&1
+	r1=$(proc_cpu "$RECEIVER_PID"); m1=$(machine_cpu); t1=$(date +%s.%N)
+	rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\)$/\1/p' "$out")
+	if [ -z "$rps" ] || grep -q "Non-2xx\|Socket errors" "$out"; then
+		cat "$out"
+		echo "relay.sh: wrk -c$c failed" >&2
+		exit 1
+	fi
+	printf 'wrk_c%s\t%s\t\t\t%s\t\t%s\t%s\t%s\n' "$c" "$round" "$rps" \
+		"$(awk "BEGIN { d = $t1 - $t0; print ($r1 - $r0) / d }")" \
+		"$(awk "BEGIN { d = $t1 - $t0; print ($m1 - $m0) / d }")" "$(stats "$PORT" | jq .requests)" >>"$RESULTS"
+	printf '  %-14s round %s  %8.0f requests/s\n' "wrk -c$c" "$round" "$rps"
+}
+
+# latency <round>: pgbench publishes at RATE/s for DURATION s from one
+# client into outbox lat_<round>, whose pipeline (mode single, the settings
+# above) delivers to the logging receiver. Appends "latency round messages
+# missing p50 p95 p99 max p50_from_start(ms) delivered_twice transactions
+# mispaired".
+latency() {
+	local round=$1 name xacts got pglog
+	name=lat_$round
+	drop_pipeline "$name"
+	psql_db -c "SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000)" \
+		-c "SELECT tide.relay_set_outbox('$name', '$name', '$name', '$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$LOG_PORT")')" \
+		-c "SELECT tide.relay_disable('wake')" \
+		-c "VACUUM ANALYZE tide.tide_outbox_messages" -c "CHECKPOINT" >/dev/null
+	# The worker sees the new pipeline (and that 'wake' is off) at the pass
+	# this commit wakes.
+	psql_db -c "SELECT tide.outbox_publish('$name', '{\"warm-up\": true}')" >/dev/null
+	sleep 1
+	: >"$TIDE_CLUSTER/receiver.jsonl"
+	sed "s/'bench'/'$name'/" "$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/latency.sql"
+	rm -f "$TIDE_CLUSTER"/pgbench_latency_"$round".*
+	(cd "$TIDE_CLUSTER" && "$PGBENCH" -n -M prepared -c 1 -j 1 -R "$RATE" -T "$DURATION" \
+		-l --log-prefix="pgbench_latency_$round" -f "$TIDE_CLUSTER/latency.sql" "$DB" \
+		>"$TIDE_CLUSTER/pgbench_latency_$round.out" 2>&1) ||
+		{ cat "$TIDE_CLUSTER/pgbench_latency_$round.out"; exit 1; }
+	xacts=$(sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p' \
+		"$TIDE_CLUSTER/pgbench_latency_$round.out")
+	pglog=$(ls "$TIDE_CLUSTER"/pgbench_latency_"$round".[0-9]*)
+	# Waits (at most 10 s) for the last deliveries.
+	for _ in $(seq 1 200); do
+		got=$(wc -l <"$TIDE_CLUSTER/receiver.jsonl")
+		[ "$got" -ge "$xacts" ] && break
+		sleep 0.05
+	done
+	sleep 0.5
+	cp "$TIDE_CLUSTER/receiver.jsonl" "$TIDE_CLUSTER/receiver_latency_$round.jsonl"
+	chmod a+r "$TIDE_CLUSTER/receiver_latency_$round.jsonl" "$pglog"
+	# One client, so the k-th transaction of pgbench's log published the
+	# k-th message by id. pgbench logs each transaction's end (after the
+	# commit returned) as time_epoch, time_us; the receiver each request's
+	# arrival as t; the body's created_at is the publishing transaction's
+	# start.
+	psql_db -A -t -F $'\t' <<SQL >>"$RESULTS"
+CREATE TEMP TABLE rcv (line text);
+CREATE TEMP TABLE pgb (line text);
+COPY rcv FROM '$TIDE_CLUSTER/receiver_latency_$round.jsonl' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
+COPY pgb FROM '$pglog' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
+CREATE TEMP VIEW got AS
+	SELECT (b->>'message_id')::bigint AS id, t, (b->>'created_at')::timestamptz AS created_at
+	  FROM (SELECT (line::jsonb->>'body')::jsonb AS b, (line::jsonb->>'t')::float8 AS t FROM rcv) r;
+CREATE TEMP VIEW published AS
+	-- (pgbench numbers its transactions from 1)
+	SELECT row_number() OVER (ORDER BY id) AS k, id
+	  FROM tide.tide_outbox_messages WHERE outbox_name = '$name' AND payload ? 'order_id';
+CREATE TEMP VIEW committed AS
+	SELECT f[2]::bigint AS k, f[5]::float8 + f[6]::float8 / 1e6 AS done
+	  FROM (SELECT string_to_array(line, ' ') AS f FROM pgb) p;
+CREATE TEMP VIEW lat AS
+	SELECT p.id, (g.t - c.done) * 1000 AS ms,
+		   (g.t - extract(epoch FROM g.created_at)) * 1000 AS ms_from_start,
+		   c.done < extract(epoch FROM g.created_at) AS mismatched
+	  FROM published p JOIN committed c USING (k)
+	  JOIN (SELECT id, min(t) AS t, min(created_at) AS created_at FROM got GROUP BY id) g USING (id);
+SELECT 'latency', $round, (SELECT count(*) FROM published),
+	   (SELECT count(*) FROM published p WHERE NOT EXISTS (SELECT FROM got g WHERE g.id = p.id)),
+	   round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 3),
+	   round(percentile_cont(0.95) WITHIN GROUP (ORDER BY ms)::numeric, 3),
+	   round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 3),
+	   round(max(ms)::numeric, 3),
+	   round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms_from_start)::numeric, 3),
+	   (SELECT count(*) FROM got) - (SELECT count(DISTINCT id) FROM got),
+	   (SELECT count(*) FROM committed),
+	   count(*) FILTER (WHERE mismatched)
+  FROM lat;
+SQL
+	tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "  latency        round %s  %d messages, %d missing, %d twice: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f ms (p50 from transaction start %.2f ms)\n", $2, $3, $4, $10, $5, $6, $7, $8, $9 }'
+	# Every message arrived; one message per pgbench transaction; and no
+	# transaction ended before its message was created (which would mean
+	# that messages and transactions were paired wrongly).
+	if [ "$(tail -n 1 "$RESULTS" | cut -f 4)" -ne 0 ] || [ "$(tail -n 1 "$RESULTS" | cut -f 3)" -ne "$xacts" ] ||
+		[ "$(tail -n 1 "$RESULTS" | cut -f 12)" -ne 0 ]; then
+		echo "relay.sh: $name: messages missing, not one per pgbench transaction, or paired wrongly: $(tail -n 1 "$RESULTS")" >&2
+		exit 1
+	fi
+	psql_db -c "SELECT tide.relay_enable('wake')" >/dev/null
+	drop_pipeline "$name"
+}
+
+# A real request of the relay, for wrk: one message through a logging run.
+log "taking a sample request from the relay"
+psql_db -c "SELECT tide.outbox_create('sample', p_inline_threshold => 2000000000)" \
+	-c "SELECT tide.relay_set_outbox('sample', 'sample', 'sample', '$(pipeline_config single 100 16 "$LOG_PORT")')" >/dev/null
+psql_db -c "SELECT tide.outbox_publish('sample', bench.payload(1), bench.headers(1))" >/dev/null
+for _ in $(seq 1 100); do [ -s "$TIDE_CLUSTER/receiver.jsonl" ] && break; sleep 0.05; done
+if [ ! -s "$TIDE_CLUSTER/receiver.jsonl" ]; then
+	echo "relay.sh: the relay delivered nothing" >&2
+	tide_show_server_log
+	exit 1
+fi
+head -n 1 "$TIDE_CLUSTER/receiver.jsonl" >"$TIDE_CLUSTER/sample.json"
+drop_pipeline sample
+jq -r '"wrk.method = \"POST\"",
+	"wrk.body = \(.body | tojson)",
+	(.headers | to_entries[] | select(.key != "host" and .key != "content-length")
+		| "wrk.headers[\(.key | tojson)] = \(.value | tojson)")' \
+	"$TIDE_CLUSTER/sample.json" >"$TIDE_CLUSTER/wrk.lua"
+printf 'a request: %s bytes of body, headers %s\n' "$(jq -r '.body | length' "$TIDE_CLUSTER/sample.json")" \
+	"$(jq -r '.headers | keys | join(", ")' "$TIDE_CLUSTER/sample.json")"
+
+: >"$RESULTS"
+SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
+SIGNED_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" signed)
+BATCH_CFG=$(pipeline_config batch "$BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
+log "$REPEATS rounds: wrk -t2 -c$MAX_IN_FLIGHT and -c32 for ${DURATION}s; single $N_SINGLE, signed $N_SINGLE, batch $N_BATCH messages; latency at $RATE/s for ${DURATION}s"
+echo "single: $SINGLE_CFG"
+echo "batch:  $BATCH_CFG"
+for round in $(seq 1 "$REPEATS"); do
+	wrk_run "$MAX_IN_FLIGHT" "$round"
+	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
+	throughput single_signed single "$N_SINGLE" "$SIGNED_CFG" "$round"
+	throughput batch batch "$N_BATCH" "$BATCH_CFG" "$round"
+	wrk_run 32 "$round"
+	latency "$round"
+done
+cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
+
+log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
+awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" '
+	function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t } }
+	function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+	function line(label, unit, fmt, vals, n,   m, lo, hi) {
+		m = med(vals, n); lo = vals[1]; hi = vals[n]
+		printf "%-34s " fmt " %-9s [" fmt " to " fmt "]\n", label, m, unit, lo, hi
+	}
+	$1 ~ /^wrk_/ { rate[$1, $2] = $5; rcpu[$1, $2] = $7 }
+	$1 == "single" || $1 == "single_signed" || $1 == "batch" {
+		rate[$1, $2] = $5; wcpu[$1, $2] = $6; rcpu[$1, $2] = $7; mcpu[$1, $2] = $8; wq[$1, $2] = $10 }
+	$1 == "latency" { for (i = 3; i <= 9; i++) lat[i, $2] = $i }
+	END {
+		n = rounds
+		for (r = 1; r <= n; r++) a[r] = rate[wc, r];            line("receiver, wrk -c" mif, "req/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["wrk_c32", r];      line("receiver, wrk -c32", "req/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single", r];       line("relay single", "msg/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single", r] / rate[wc, r]; line("  / wrk -c" mif " (target >= 0.6)", "", "%9.3f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r]; line("relay single, signed", "msg/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r] / rate[wc, r]; line("  / wrk -c" mif, "", "%9.3f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["batch", r];        line("relay batch (target >= 50000)", "msg/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[5, r];  line("latency p50 (target <= 2)", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[6, r];  line("latency p95", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[7, r];  line("latency p99 (target <= 10)", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[8, r];  line("latency max", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[9, r];  line("latency p50 from xact start", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[3, r];  line("latency messages", "", "%9d", a, n)
+		printf "\nCPU during the runs (cores, median of the rounds):"
+		split("single single_signed batch", cs, " ")
+		for (i = 1; i <= 3; i++) {
+			c = cs[i]; for (r = 1; r <= n; r++) { w[r] = wcpu[c, r]; x[r] = rcpu[c, r]; y[r] = mcpu[c, r]; q[r] = wq[c, r] }
+			printf "\n  %-14s worker on CPU %.2f, waiting for a CPU %.2f; receiver %.2f; whole machine %.2f", c, med(w, n), med(q, n), med(x, n), med(y, n)
+		}
+		for (r = 1; r <= n; r++) x[r] = rcpu[wc, r]
+		printf "\n  %-14s receiver %.2f\n", "wrk -c" mif, med(x, n)
+	}' "$RESULTS"
+echo "latency: receipt at the receiver minus the end of the publishing transaction in pgbench (its commit returned);"
+echo "'from xact start': minus the message's created_at (the publishing transaction's start)"
