@@ -5,6 +5,11 @@
  *		failure, HTTP status, error class and error, latency, the first
  *		bytes of the answer), and its retention.
  *
+ * The same transaction updates the pipeline's health through
+ * tide._relay_after_batch (failures in a row, operator events at 50, 70, 90
+ * and 100 % of alerts.failure_threshold and when retries run out,
+ * auto-disable).
+ *
  * The rows of a batch are written with one INSERT ... SELECT FROM unnest()
  * inside the transaction that records the batch (lease.c), so the log
  * costs one statement per batch and says exactly what the offsets say. A
@@ -26,6 +31,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "pg_tide.h"
 #include "relay.h"
 
 /* Most bytes of an answer kept in the log. */
@@ -155,6 +161,57 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 							  "             latency_ms, snippet)",
 							  12, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not log the delivery attempts of pipeline \"%s\"", p->name);
+}
+
+/*
+ * Records the batch's effect on the pipeline's health: successes reset the
+ * failures in a row, a batch without one adds its failed attempts; see
+ * tide._relay_after_batch. The caller's transaction and SPI are used.
+ */
+void
+RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[7] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', 'n', 'n', 'n', ' '};
+	Datum	   *exhausted = palloc(sizeof(Datum) * Max(s->n, 1));
+	int			nexhausted = 0;
+	int			failures = 0;
+	int			successes = 0;
+	int			i;
+
+	for (i = 0; i < s->n; i++)
+	{
+		const RelayMessageOutcome *o = &s->each[i];
+
+		if (s->attempt_no[i] <= 0)
+			continue;
+		if (o->outcome == RELAY_DELIVERED)
+		{
+			successes++;
+			continue;
+		}
+		failures++;
+		values[3] = Int32GetDatum((int32) o->status);
+		nulls[3] = o->status ? ' ' : 'n';
+		values[4] = CStringGetTextDatum(o->error_class);
+		values[5] = CStringGetTextDatum(o->error);
+		nulls[4] = nulls[5] = ' ';
+		if (s->disp[i] == RELAY_DEAD && strcmp(s->reason[i], "exhausted") == 0)
+			exhausted[nexhausted++] = Int64GetDatum(s->msgs[i].id);
+	}
+	if (failures == 0 && successes == 0)
+		return;
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = Int32GetDatum(failures);
+	values[2] = Int32GetDatum(successes);
+	values[6] = RelayMakeArray(exhausted, NULL, nexhausted, INT8OID);
+	if (SPI_execute_plan(TidePlan(&plan,
+								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7)",
+								  7, argtypes),
+						 values, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not record the health of pipeline \"%s\"", p->name);
 }
 
 /*

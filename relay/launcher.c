@@ -55,6 +55,7 @@
 
 bool		RelayEnabled = true;
 int			RelayNaptimeMs = 1000;
+char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
 
 RelayShared *Relay = NULL;
@@ -106,6 +107,16 @@ RelayDefineGucs(void)
 							7 * 24 * 3600, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tide.operator_events_outbox",
+							   "The outbox that relay operator events are published to.",
+							   "Events when a pipeline's failures in a row reach 50, 70, 90 and 100 % "
+							   "of its alerts.failure_threshold, when retries run out, and when a "
+							   "pipeline is disabled or enabled. Empty: no events.",
+							   &OperatorEventsOutbox,
+							   "",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pg_tide.max_relay_workers",
 							"Most relay workers that run at the same time.",

@@ -368,6 +368,7 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 	record_failures(p, s, RELAY_REQUEUE);
 	record_failures(p, s, RELAY_DEAD);
 	RelayLogAttempts(p, s, s->sent_at);
+	RelayRecordHealth(p, s);
 	for (i = 0; i < s->n; i++)
 		if (s->disp[i] == RELAY_DONE)
 			done[ndone++] = Int64GetDatum(s->msgs[i].id);

@@ -134,6 +134,7 @@ typedef struct RelaySettlement
 /* GUCs */
 extern bool RelayEnabled;
 extern int	AttemptLogRetentionSecs;
+extern char *OperatorEventsOutbox;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
 
@@ -162,6 +163,7 @@ extern Datum RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type);
 extern void RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s,
 							 TimestampTz sent_at);
 extern void RelayTrimAttemptLog(void);
+extern void RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s);
 
 /*
  * A worker that never sleeps (a backlog, a slow receiver) would not notice

@@ -218,6 +218,22 @@ CREATE INDEX relay_attempts_attempted_at ON tide.relay_attempts USING brin (atte
 COMMENT ON TABLE tide.relay_attempts
 	IS 'Delivery attempts: one row per request a pipeline made, with its outcome';
 
+-- A pipeline's health as its relay worker last recorded it, in the
+-- transaction that records each batch: failures in a row since the last
+-- success, when each last happened, the last error.
+CREATE TABLE tide.relay_pipeline_health (
+	pipeline_id				text PRIMARY KEY,
+	consecutive_failures	int NOT NULL DEFAULT 0,
+	last_success_at			timestamptz,
+	last_failure_at			timestamptz,
+	last_status				int,
+	last_error_class		text,
+	last_error				text,
+	updated_at				timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE tide.relay_pipeline_health
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error';
+
 -- Wakes the database's relay worker at commit, so that a changed pipeline
 -- or a queued retry is acted on at once (src/relay_control.c).
 CREATE FUNCTION tide._relay_wake_worker()
@@ -240,6 +256,19 @@ BEGIN
 										'name', CASE WHEN TG_OP = 'DELETE' THEN OLD.name ELSE NEW.name END)::text);
 	IF TG_TABLE_NAME = 'relay_outbox_config' THEN
 		PERFORM tide._relay_wake_worker();
+		IF TG_OP = 'UPDATE' AND OLD.enabled IS DISTINCT FROM NEW.enabled THEN
+			PERFORM tide._relay_operator_event(
+				CASE WHEN NEW.enabled THEN 'pipeline.enabled' ELSE 'pipeline.disabled' END,
+				NEW.name,
+				jsonb_build_object('consecutive_failures',
+					(SELECT consecutive_failures FROM tide.relay_pipeline_health
+					  WHERE pipeline_id = NEW.name)));
+			-- Enabled again: the failures before do not count toward the threshold.
+			IF NEW.enabled THEN
+				UPDATE tide.relay_pipeline_health SET consecutive_failures = 0
+				 WHERE pipeline_id = NEW.name;
+			END IF;
+		END IF;
 	END IF;
 	RETURN NULL;
 END
@@ -269,6 +298,7 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_pipeline_health', '');
 
 -- ---------------------------------------------------------------------------
 -- Internal SQL helpers
@@ -1692,6 +1722,25 @@ BEGIN
 END
 $$;
 
+-- Validates the "alerts" object of a pipeline config and returns it with its
+-- defaults: failure_threshold (failed attempts in a row that count as 100 %)
+-- and auto_disable (disable the pipeline when they reach it).
+CREATE FUNCTION tide._relay_alerts_config(p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	a jsonb := coalesce(p_config -> 'alerts', '{}');
+BEGIN
+	PERFORM tide._relay_check_type('alerts', a, 'object',
+		'Give "alerts" as an object with failure_threshold and auto_disable.');
+	PERFORM tide._relay_check_keys(a, ARRAY['failure_threshold', 'auto_disable'], 'alerts.');
+	RETURN jsonb_build_object(
+		'failure_threshold', tide._relay_int(a, 'failure_threshold', 'alerts.failure_threshold', 1, 1000000, 100),
+		'auto_disable', tide._relay_bool(a, 'auto_disable', false));
+END
+$$;
+
 -- Validates a webhook sink config and returns it with every default filled
 -- in (outbox and consumer group are added by the caller).
 CREATE FUNCTION tide._relay_webhook_config(p_config jsonb)
@@ -1701,7 +1750,8 @@ AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
 						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
-						  'allow_http', 'allow_private_network', 'retry', 'ordering', 'attempt_log'];
+						  'allow_http', 'allow_private_network', 'retry', 'ordering', 'attempt_log',
+						  'alerts'];
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
@@ -1732,6 +1782,7 @@ BEGIN
 		'signature', tide._relay_choice(p_config, 'signature', ARRAY['standard', 'pg-tide'], 'standard'),
 		'ordering', tide._relay_choice(p_config, 'ordering', ARRAY['relaxed', 'strict'], 'relaxed'),
 		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
+		'alerts', tide._relay_alerts_config(p_config),
 		'allow_http', allow_http,
 		'allow_private_network', tide._relay_bool(p_config, 'allow_private_network', false));
 
@@ -1803,7 +1854,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync',
-						  'attempt_log'];
+						  'attempt_log', 'alerts'];
 	hint text := 'Give "path" as an absolute file name such as "/var/log/pg_tide/orders.jsonl".';
 BEGIN
 	PERFORM tide._relay_check_keys(p_config, known, '');
@@ -1827,7 +1878,8 @@ BEGIN
 		'path', p_config -> 'path',
 		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
 		'fsync', tide._relay_bool(p_config, 'fsync', true),
-		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true));
+		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
+		'alerts', tide._relay_alerts_config(p_config));
 END
 $$;
 
@@ -1985,6 +2037,7 @@ BEGIN
 	DELETE FROM tide.relay_outbox_config WHERE name = p_name;
 	DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
 	DELETE FROM tide.relay_retry_queue WHERE pipeline_id = p_name;
+	DELETE FROM tide.relay_pipeline_health WHERE pipeline_id = p_name;
 	-- Dead letters are the operator's to look at: kept until purged.
 	IF EXISTS (SELECT 1 FROM tide.relay_dlq WHERE pipeline_id = p_name) THEN
 		RAISE NOTICE 'the dead letters of pipeline "%" are kept', p_name
@@ -2179,6 +2232,232 @@ AS $$
 $$;
 COMMENT ON FUNCTION tide.relay_dlq_stats()
 	IS 'per pipeline: dead letters (permanent failures, exhausted retries), the oldest and newest, and messages waiting in its retry queue';
+
+-- ---------------------------------------------------------------------------
+-- Destination health and operator events. The relay worker calls
+-- _relay_after_batch in the transaction that records each batch: it keeps
+-- relay_pipeline_health, publishes operator events when the failures in a
+-- row reach 50, 70, 90 and 100 % of the pipeline's alerts.failure_threshold
+-- and when retries run out, and disables the pipeline at the threshold when
+-- alerts.auto_disable is set. Events go to the outbox that
+-- pg_tide.operator_events_outbox names (none when empty), with the header
+-- "type" so that a pipeline can route them, for example to a pager.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION tide._relay_operator_event(p_type text, p_pipeline text, p_detail jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	target text := nullif(current_setting('pg_tide.operator_events_outbox', true), '');
+BEGIN
+	IF target IS NULL THEN
+		RETURN;
+	END IF;
+	IF NOT EXISTS (SELECT FROM tide.tide_outbox_config WHERE outbox_name = target AND enabled) THEN
+		RAISE WARNING 'operator event % of pipeline "%" not published: outbox "%" does not exist or is disabled',
+			p_type, p_pipeline, target
+			USING HINT = 'Create the outbox that pg_tide.operator_events_outbox names, or set the setting to an empty string.';
+		RETURN;
+	END IF;
+	PERFORM tide.outbox_publish(target,
+		jsonb_build_object('event', p_type, 'pipeline', p_pipeline, 'at', now()) || coalesce(p_detail, '{}'),
+		jsonb_build_object('type', 'pg_tide.' || p_type));
+END
+$$;
+
+CREATE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures int, p_successes int,
+										p_status int, p_error_class text, p_error text,
+										p_exhausted bigint[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	cfg jsonb;
+	threshold int;
+	before int;
+	now_failing int;
+	pct int;
+	id bigint;
+BEGIN
+	INSERT INTO tide.relay_pipeline_health AS h
+		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
+		 last_error_class, last_error, updated_at)
+	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
+			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
+			p_status, p_error_class, p_error, now())
+	ON CONFLICT (pipeline_id) DO UPDATE
+	   SET consecutive_failures = CASE WHEN p_successes > 0 THEN 0
+									   ELSE h.consecutive_failures + p_failures END,
+		   last_success_at = coalesce(EXCLUDED.last_success_at, h.last_success_at),
+		   last_failure_at = coalesce(EXCLUDED.last_failure_at, h.last_failure_at),
+		   last_status = CASE WHEN p_failures > 0 THEN p_status ELSE h.last_status END,
+		   last_error_class = CASE WHEN p_failures > 0 THEN p_error_class ELSE h.last_error_class END,
+		   last_error = CASE WHEN p_failures > 0 THEN p_error ELSE h.last_error END,
+		   updated_at = now()
+	RETURNING consecutive_failures INTO now_failing;
+
+	SELECT config INTO cfg FROM tide.relay_outbox_config WHERE name = p_pipeline;
+	FOREACH id IN ARRAY coalesce(p_exhausted, '{}') LOOP
+		PERFORM tide._relay_operator_event('pipeline.retries_exhausted', p_pipeline,
+			jsonb_build_object('message_id', id, 'outbox', cfg ->> 'outbox', 'last_error', p_error));
+	END LOOP;
+	IF p_successes > 0 OR p_failures = 0 OR cfg IS NULL THEN
+		RETURN;
+	END IF;
+	threshold := coalesce((cfg #>> '{alerts,failure_threshold}')::int, 100);
+	before := now_failing - p_failures;
+	FOREACH pct IN ARRAY ARRAY[50, 70, 90, 100] LOOP
+		IF before < ceil(threshold * pct / 100.0) AND now_failing >= ceil(threshold * pct / 100.0) THEN
+			PERFORM tide._relay_operator_event('pipeline.failing', p_pipeline,
+				jsonb_build_object('percent', pct, 'consecutive_failures', now_failing,
+								   'threshold', threshold, 'last_status', p_status,
+								   'last_error_class', p_error_class, 'last_error', p_error));
+		END IF;
+	END LOOP;
+	IF before < threshold AND now_failing >= threshold
+	   AND (cfg #> '{alerts,auto_disable}') = 'true'::jsonb THEN
+		-- The trigger on relay_outbox_config publishes pipeline.disabled.
+		UPDATE tide.relay_outbox_config SET enabled = false WHERE name = p_pipeline AND enabled;
+		RAISE LOG 'pg_tide relay pipeline "%" disabled after % failed attempts in a row',
+			p_pipeline, now_failing;
+	END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Manual redelivery. Both put messages into the pipeline's retry queue as
+-- manual, due at once (the worker is woken at commit); the live offset does
+-- not move. The message must still be in its outbox.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION tide._relay_queue_manual(p_pipeline text, p_from_id bigint, p_to_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	p tide.relay_outbox_config;
+	n bigint;
+BEGIN
+	p := tide._relay_pipeline(p_pipeline);
+	INSERT INTO tide.relay_retry_queue AS q
+		(pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,
+		 next_attempt_at, manual)
+	SELECT p_pipeline, m.outbox_name, m.id, m.payload, m.headers, m.created_at, 0, now(), true
+	  FROM tide.tide_outbox_messages m
+	 WHERE m.outbox_name = p.config ->> 'outbox' AND m.id BETWEEN p_from_id AND p_to_id
+	ON CONFLICT (pipeline_id, message_id) DO UPDATE
+	   SET next_attempt_at = now(), manual = true;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._relay_wake_worker();
+	END IF;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION tide.relay_retry_message(p_pipeline text, p_message_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	p tide.relay_outbox_config;
+BEGIN
+	p := tide._relay_pipeline(p_pipeline);
+	IF p_message_id IS NULL THEN
+		RAISE EXCEPTION 'message id must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the id of a message of the pipeline''s outbox.';
+	END IF;
+	IF tide._relay_queue_manual(p_pipeline, p_message_id, p_message_id) = 0 THEN
+		RAISE EXCEPTION 'message % is not in outbox "%"', p_message_id, p.config ->> 'outbox'
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Only a message still kept by the pipeline''s outbox can be delivered again; a dead letter is retried with tide.relay_dlq_retry().';
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.relay_retry_message(text, bigint)
+	IS 'delivers one message of the pipeline''s outbox again, as a manual attempt, without moving the offset';
+
+CREATE FUNCTION tide.relay_replay(p_pipeline text, p_from_id bigint, p_to_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	p tide.relay_outbox_config;
+	n bigint;
+BEGIN
+	p := tide._relay_pipeline(p_pipeline);
+	IF p_from_id IS NULL OR p_to_id IS NULL OR p_from_id > p_to_id THEN
+		RAISE EXCEPTION 'replay range must be two ids, the first not above the second'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give p_from_id <= p_to_id, for example the ids tide.relay_attempts shows.';
+	END IF;
+	SELECT count(*) INTO n FROM tide.tide_outbox_messages
+	 WHERE outbox_name = p.config ->> 'outbox' AND id BETWEEN p_from_id AND p_to_id;
+	IF n > 100000 THEN
+		RAISE EXCEPTION 'replay range holds % messages, more than 100000', n
+			USING ERRCODE = 'program_limit_exceeded',
+				  HINT = 'Replay a narrower range at a time.';
+	END IF;
+	RETURN tide._relay_queue_manual(p_pipeline, p_from_id, p_to_id);
+END
+$$;
+COMMENT ON FUNCTION tide.relay_replay(text, bigint, bigint)
+	IS 'delivers a range of the pipeline''s messages again, as manual attempts, without moving the live offset; returns how many';
+
+-- ---------------------------------------------------------------------------
+-- Status views.
+-- ---------------------------------------------------------------------------
+CREATE VIEW tide.relay_pipeline_lag AS
+SELECT c.name AS pipeline,
+	   c.config ->> 'outbox' AS outbox,
+	   c.config ->> 'consumer_group' AS consumer_group,
+	   coalesce(o.last_change_id, 0) AS delivered_upto,
+	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox') AS newest_id,
+	   (SELECT count(*) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox'
+		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_messages,
+	   (SELECT now() - min(m.created_at) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox'
+		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_age
+  FROM tide.relay_outbox_config c
+  LEFT JOIN tide.relay_consumer_offsets o
+		 ON o.pipeline_id = c.name AND o.relay_group_id = c.config ->> 'consumer_group'
+		AND o.outbox_name = c.config ->> 'outbox';
+COMMENT ON VIEW tide.relay_pipeline_lag
+	IS 'per pipeline: the offset it has delivered up to, the newest message, and how many messages (and how old the oldest) wait';
+
+CREATE VIEW tide.relay_pipeline_status AS
+SELECT c.name AS pipeline,
+	   c.enabled,
+	   c.config ->> 'sink_type' AS sink_type,
+	   c.config ->> 'outbox' AS outbox,
+	   CASE WHEN NOT c.enabled THEN 'disabled'
+			WHEN coalesce(h.consecutive_failures, 0) = 0 THEN 'healthy'
+			ELSE 'failing' END AS health,
+	   coalesce(h.consecutive_failures, 0) AS consecutive_failures,
+	   l.delivered_upto AS offset_id,
+	   l.lag_messages,
+	   l.lag_age,
+	   (SELECT coalesce(sum(cl.lease_end - cl.lease_start + 1), 0)
+		  FROM tide.tide_consumer_leases cl
+		 WHERE cl.group_name = c.config ->> 'consumer_group'
+		   AND cl.consumer_id = 'relay:' || c.name) AS in_flight,
+	   (SELECT count(*) FROM tide.relay_retry_queue q WHERE q.pipeline_id = c.name) AS retry_queue,
+	   (SELECT count(*) FROM tide.relay_dlq d WHERE d.pipeline_id = c.name) AS dead_letters,
+	   h.last_success_at,
+	   h.last_failure_at,
+	   h.last_status,
+	   h.last_error_class,
+	   h.last_error,
+	   (SELECT count(*) FROM tide.relay_attempts a
+		 WHERE a.pipeline_id = c.name AND a.status = 'success'
+		   AND a.attempted_at > now() - interval '1 minute') AS delivered_last_minute
+  FROM tide.relay_outbox_config c
+  JOIN tide.relay_pipeline_lag l ON l.pipeline = c.name
+  LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
+COMMENT ON VIEW tide.relay_pipeline_status
+	IS 'per pipeline: health, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
 
 -- ---------------------------------------------------------------------------
 -- Privileges. The tables are the owner's; roles that publish or consume get

@@ -1,0 +1,82 @@
+-- Delivery operations: relay_retry_message, relay_replay, the alerts key,
+-- the status views relay_pipeline_status and relay_pipeline_lag, and
+-- operator events published by _relay_after_batch (called here as the
+-- relay worker calls it; the relay is off in this cluster; TAP 012 runs it).
+\set VERBOSITY default
+\i sql/include/try.sql
+
+SELECT tide.outbox_create('op_orders');
+SELECT tide.outbox_create('op_events');
+SELECT tide.relay_set_outbox('op_hook', 'op_orders', 'op_group',
+	'{"sink_type": "webhook", "url": "https://example.com/hooks",
+	  "alerts": {"failure_threshold": 10, "auto_disable": true}}');
+SELECT tide.relay_get_config('op_hook') -> 'alerts' AS alerts;
+SELECT tide.outbox_publish('op_orders', jsonb_build_object('n', g)) FROM generate_series(1, 5) g;
+
+-- alerts: validated like every key
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_orders', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "alerts": {"failure_threshold": 0}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_orders', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "alerts": {"threshold": 5}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_orders', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "alerts": true}')$$);
+SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'op_bad';
+
+-- the status views with nothing delivered yet
+SELECT pipeline, outbox, consumer_group, delivered_upto, lag_messages, lag_age IS NOT NULL AS has_age
+  FROM tide.relay_pipeline_lag;
+SELECT pipeline, enabled, sink_type, outbox, health, consecutive_failures, offset_id, lag_messages,
+	   in_flight, retry_queue, dead_letters, last_success_at, last_error, delivered_last_minute
+  FROM tide.relay_pipeline_status;
+
+-- relay_retry_message: one message into the retry queue, manual, due now
+SELECT tide.relay_retry_message('op_hook', (SELECT min(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'op_orders'));
+SELECT pipeline_id, payload, attempts, manual, next_attempt_at <= now() AS due FROM tide.relay_retry_queue;
+-- relay_replay: a range, returns how many; the one already queued stays once
+SELECT tide.relay_replay('op_hook', 0, (SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'op_orders')) AS replayed;
+SELECT count(*) AS queued, bool_and(manual) AS all_manual FROM tide.relay_retry_queue;
+SELECT retry_queue, offset_id FROM tide.relay_pipeline_status;
+SELECT pg_temp.try($$SELECT tide.relay_retry_message('op_hook', -5)$$);
+SELECT pg_temp.try($$SELECT tide.relay_retry_message('op_hook', NULL)$$);
+SELECT pg_temp.try($$SELECT tide.relay_retry_message('no_pipeline', 1)$$);
+SELECT pg_temp.try($$SELECT tide.relay_replay('op_hook', 10, 5)$$);
+SELECT pg_temp.try($$SELECT tide.relay_replay('op_hook', NULL, 5)$$);
+SELECT pg_temp.try($$SELECT tide.relay_replay(NULL, 1, 5)$$);
+SELECT count(*) AS still_queued FROM tide.relay_retry_queue;
+DELETE FROM tide.relay_retry_queue;
+
+-- health and operator events, as the worker records batches: with
+-- pg_tide.operator_events_outbox set, events at 50, 70, 90 and 100 % of
+-- the threshold (10), auto-disable at 100 %, and a retries_exhausted event
+SET pg_tide.operator_events_outbox = 'op_events';
+SELECT tide._relay_after_batch('op_hook', 4, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
+SELECT health, consecutive_failures, last_status, last_error_class FROM tide.relay_pipeline_status;
+SELECT tide._relay_after_batch('op_hook', 1, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
+SELECT tide._relay_after_batch('op_hook', 4, 0, 503, 'http_5xx', 'HTTP status 503', '{41}');
+SELECT tide._relay_after_batch('op_hook', 1, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
+SELECT enabled, health, consecutive_failures FROM tide.relay_pipeline_status;
+SELECT payload ->> 'event' AS event, payload ->> 'percent' AS percent,
+	   payload ->> 'consecutive_failures' AS failures, payload ->> 'message_id' AS message_id,
+	   headers ->> 'type' AS type
+  FROM tide.tide_outbox_messages WHERE outbox_name = 'op_events' ORDER BY id;
+-- enabled again: an event, and the failures in a row start from 0
+SELECT tide.relay_enable('op_hook');
+SELECT health, consecutive_failures FROM tide.relay_pipeline_status;
+SELECT payload ->> 'event' AS event, payload ->> 'consecutive_failures' AS failures_before
+  FROM tide.tide_outbox_messages WHERE outbox_name = 'op_events' ORDER BY id DESC LIMIT 1;
+-- a success resets the failures in a row
+SELECT tide._relay_after_batch('op_hook', 3, 0, 500, 'http_5xx', 'HTTP status 500', '{}');
+SELECT tide._relay_after_batch('op_hook', 1, 2, 500, 'http_5xx', 'HTTP status 500', '{}');
+SELECT health, consecutive_failures, last_success_at IS NOT NULL AS succeeded, last_status
+  FROM tide.relay_pipeline_status;
+-- events to an outbox that does not exist: a warning, nothing else
+SET pg_tide.operator_events_outbox = 'op_nowhere';
+SELECT tide.relay_disable('op_hook');
+RESET pg_tide.operator_events_outbox;
+SELECT count(*) AS events FROM tide.tide_outbox_messages WHERE outbox_name = 'op_events';
+
+SELECT tide.relay_delete('op_hook');
+SELECT count(*) AS health_rows FROM tide.relay_pipeline_health;
+SELECT tide.drop_consumer_group('op_group');
+SELECT tide.outbox_drop('op_orders');
+SELECT tide.outbox_drop('op_events');
