@@ -13,7 +13,8 @@ OBJS = \
 	relay/lease.o \
 	relay/message.o \
 	relay/sink_file.o \
-	relay/sink_webhook.o relay/attempt_log.o
+	relay/sink_webhook.o relay/attempt_log.o \
+	relay/filter.o relay/pacing.o relay/retention.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 
@@ -46,3 +47,7 @@ test/receiver: test/receiver.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lmicrohttpd -lcjson -lcrypto -lpthread
 
 installcheck: test/receiver
+
+# PGXS tracks no header dependencies: every object is rebuilt when one of
+# the project's headers changes (a changed struct must not leave stale objects).
+$(OBJS): $(wildcard src/*.h relay/*.h)

@@ -172,9 +172,10 @@ void
 RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', 'n', 'n', 'n', ' '};
+	Oid			argtypes[9] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID,
+	TEXTOID, INT4OID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', 'n', ' '};
 	Datum	   *exhausted = palloc(sizeof(Datum) * Max(s->n, 1));
 	int			nexhausted = 0;
 	int			failures = 0;
@@ -201,15 +202,21 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 		if (s->disp[i] == RELAY_DEAD && strcmp(s->reason[i], "exhausted") == 0)
 			exhausted[nexhausted++] = Int64GetDatum(s->msgs[i].id);
 	}
-	if (failures == 0 && successes == 0)
+	if (failures == 0 && successes == 0 && s->filtered == 0)
 		return;
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(failures);
 	values[2] = Int32GetDatum(successes);
 	values[6] = RelayMakeArray(exhausted, NULL, nexhausted, INT8OID);
+	values[8] = Int32GetDatum(s->filtered);
+	if (s->breaker)
+	{
+		values[7] = CStringGetTextDatum(s->breaker);
+		nulls[7] = ' ';
+	}
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7)",
-								  7, argtypes),
+								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								  9, argtypes),
 						 values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not record the health of pipeline \"%s\"", p->name);
 }

@@ -118,6 +118,15 @@ RelayDefineGucs(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 
+	DefineCustomIntVariable("pg_tide.sweep_interval",
+							"How often each relay worker runs tide.outbox_sweep().",
+							"It deletes messages past their outbox's retention_hours that every "
+							"consumer group has passed; 0 leaves sweeping to the operator.",
+							&SweepIntervalSecs,
+							60, 0, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("pg_tide.max_relay_workers",
 							"Most relay workers that run at the same time.",
 							"One worker serves one database; each also takes one of "

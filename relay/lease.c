@@ -84,7 +84,7 @@ copy_value(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
  * id order, copied into cxt as *msgs.
  */
 int
-RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
+RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs)
 {
 	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, INT4OID};
 	Datum		values[4];
@@ -96,7 +96,7 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
 	begin_short_xact("pg_tide relay: leasing a batch");
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
-	values[2] = Int32GetDatum(p->batch_size);
+	values[2] = Int32GetDatum(limit);
 	values[3] = Int32GetDatum(p->lease_seconds);
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
 								  "SELECT FROM tide.tide_consumer_leases"
@@ -144,7 +144,7 @@ RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs)
  * The queue is the worker's alone (one per database), so nothing is locked.
  */
 int
-RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
+RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 				 TimestampTz *next_due)
 {
 	Oid			argtypes[2] = {TEXTOID, INT4OID};
@@ -156,7 +156,7 @@ RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
 
 	begin_short_xact("pg_tide relay: taking messages to retry");
 	values[0] = CStringGetTextDatum(p->name);
-	values[1] = Int32GetDatum(p->batch_size);
+	values[1] = Int32GetDatum(limit);
 	if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM tide.relay_retry_queue"
 							  " WHERE pipeline_id = $1 AND next_attempt_at > clock_timestamp()",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)

@@ -88,6 +88,25 @@ typedef struct RelayShared
 	RelayWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } RelayShared;
 
+/* A pipeline's circuit breaker (pacing.c). */
+typedef enum RelayBreakerState
+{
+	RELAY_BREAKER_CLOSED = 0,
+	RELAY_BREAKER_OPEN,
+	RELAY_BREAKER_HALF_OPEN
+} RelayBreakerState;
+
+/* A pipeline's rate limit and breaker, in the worker's memory (pacing.c). */
+typedef struct RelayPacing
+{
+	double		tokens;			/* messages it may send now */
+	TimestampTz refilled_at;	/* 0: the bucket starts full */
+	RelayBreakerState breaker;
+	int			failures_in_row;
+	TimestampTz breaker_until;	/* open: when it turns half-open */
+	long		cooldown_ms;	/* the last cooldown; doubles while probes fail */
+} RelayPacing;
+
 /* An enabled pipeline as a pass read it from relay_outbox_config. */
 typedef struct RelayPipeline
 {
@@ -102,6 +121,11 @@ typedef struct RelayPipeline
 	int			retry_cap_ms;
 	int			retry_max_attempts; /* attempts before a message is dead-lettered */
 	bool		log_attempts;	/* attempt_log: a row in relay_attempts per attempt */
+	double		rate_per_second;	/* rate_limit.per_second; 0: no limit */
+	int			rate_burst;		/* rate_limit.burst */
+	int			breaker_threshold;	/* breaker.failure_threshold; 0: no breaker */
+	int			breaker_cooldown_ms;
+	struct RelayRouting *routing;	/* types and filter; NULL: every message */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
 	RelaySink	sink;
 } RelayPipeline;
@@ -120,6 +144,8 @@ typedef struct RelaySettlement
 {
 	int64		offset_id;		/* commit the live lease up to this id; 0: none */
 	TimestampTz sent_at;		/* when the batch was sent */
+	const char *breaker;		/* the breaker's state after the batch, or NULL */
+	int			filtered;		/* messages its routing passed over */
 	bool		disable;		/* the receiver answered 410 Gone */
 	int			n;
 	const RelayMessage *msgs;
@@ -135,6 +161,7 @@ typedef struct RelaySettlement
 extern bool RelayEnabled;
 extern int	AttemptLogRetentionSecs;
 extern char *OperatorEventsOutbox;
+extern int	SweepIntervalSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
 
@@ -153,10 +180,21 @@ extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
 extern void RelayInstallHooks(void);
 
 /* lease.c */
-extern int	RelayLeaseBatch(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs);
-extern int	RelayTakeRetries(const RelayPipeline *p, MemoryContext cxt, RelayMessage **msgs,
+extern int	RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt,
+							RelayMessage **msgs);
+extern int	RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
+
+/* retention.c */
+extern void RelaySweepOutboxes(void);
+
+/* pacing.c */
+extern const char *RelayBreakerStateName(const RelayPipeline *p, const RelayPacing *pc);
+extern int	RelayPacingAllowance(const RelayPipeline *p, RelayPacing *pc, int want,
+								 TimestampTz *wake);
+extern void RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent,
+								  int failures, int successes);
 
 /* attempt_log.c */
 extern Datum RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type);
@@ -176,6 +214,14 @@ RelayExitIfPostmasterDied(void)
 	if (!PostmasterIsAlive())
 		proc_exit(1);
 }
+
+/*
+ * filter.c: a pipeline's routing ("types" and "filter"), see filter.h.
+ * RelayRoutingParse compiles like RelayRoutingCompile but raises 22023 for
+ * an invalid value; NULL when both are absent.
+ */
+#include "filter.h"
+extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

@@ -77,7 +77,8 @@ typedef enum RelayOutcome
 	RELAY_DELIVERED,			/* acknowledged */
 	RELAY_RETRYABLE,			/* 408, 425, 429, 5xx, a timeout: try again later */
 	RELAY_PERMANENT,			/* any other answer: trying again cannot help */
-	RELAY_UNREACHABLE			/* the destination's failure, not the message's */
+	RELAY_UNREACHABLE,			/* the destination's failure, not the message's */
+	RELAY_FILTERED				/* not for this pipeline (its routing): passed over */
 } RelayOutcome;
 
 typedef struct RelayMessageOutcome

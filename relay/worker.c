@@ -156,7 +156,12 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 					"            ELSE 10 END,"
 					"       md5(config::text),"
 					"       config ->> 'ordering' IS NOT DISTINCT FROM 'strict',"
-					"       config -> 'attempt_log' IS DISTINCT FROM 'false'::jsonb"
+					"       config -> 'attempt_log' IS DISTINCT FROM 'false'::jsonb,"
+					"       coalesce((config #>> '{rate_limit,per_second}')::float8, 0),"
+					"       coalesce((config #>> '{rate_limit,burst}')::int, 1),"
+					"       coalesce((config #>> '{breaker,failure_threshold}')::int, 0),"
+					"       coalesce((config #>> '{breaker,cooldown_ms}')::int, 30000),"
+					"       config -> 'types', config -> 'filter'"
 					"  FROM tide.relay_outbox_config"
 					" WHERE enabled AND config ? 'consumer_group' AND config ? 'outbox'"
 					"   AND ((config ->> 'sink_type' = 'file' AND config ? 'path')"
@@ -172,6 +177,7 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 			RelayPipeline *p = palloc0(sizeof(RelayPipeline));
 			bool		isnull;
 			char	   *v;
+			RelayRoutingError routing_error;
 
 			p->name = pstrdup(SPI_getvalue(tup, desc, 1));
 			p->consumer_group = pstrdup(SPI_getvalue(tup, desc, 2));
@@ -182,6 +188,21 @@ read_pipelines(MemoryContext cxt, bool *any_enabled)
 			p->strict = DatumGetBool(SPI_getbinval(tup, desc, 21, &isnull));
 			p->sink.stop_at_failure = p->strict;
 			p->log_attempts = DatumGetBool(SPI_getbinval(tup, desc, 22, &isnull));
+			p->rate_per_second = DatumGetFloat8(SPI_getbinval(tup, desc, 23, &isnull));
+			p->rate_burst = Max(DatumGetInt32(SPI_getbinval(tup, desc, 24, &isnull)), 1);
+			p->breaker_threshold = DatumGetInt32(SPI_getbinval(tup, desc, 25, &isnull));
+			p->breaker_cooldown_ms = DatumGetInt32(SPI_getbinval(tup, desc, 26, &isnull));
+			if (!RelayRoutingCompile(SPI_getvalue(tup, desc, 27), SPI_getvalue(tup, desc, 28),
+									 &p->routing, &routing_error))
+			{
+				/* validated when set; a row written by hand is passed over */
+				ereport(LOG,
+						(errmsg("pg_tide relay pipeline \"%s\" is passed over: %s",
+								p->name, routing_error.message),
+						 errhint("%s", routing_error.hint)));
+				MemoryContextSwitchTo(old);
+				continue;
+			}
 			p->retry_base_ms = DatumGetInt32(SPI_getbinval(tup, desc, 17, &isnull));
 			p->retry_cap_ms = Max(p->retry_base_ms,
 								  DatumGetInt32(SPI_getbinval(tup, desc, 18, &isnull)));
@@ -236,6 +257,7 @@ typedef struct PipelineState
 	int			holds;			/* failed attempts in a row while held */
 	int64		held_at;		/* the message it is held at */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
+	RelayPacing pacing;			/* rate limit and circuit breaker */
 } PipelineState;
 
 #define RELAY_MAX_PIPELINE_STATES 256
@@ -286,6 +308,7 @@ pipeline_state(const RelayPipeline *p)
 		st->held_until = 0;
 		st->holds = 0;
 		st->retry_check_at = 0;
+		memset(&st->pacing, 0, sizeof(st->pacing));
 	}
 	return st;
 }
@@ -352,6 +375,60 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 			 errhint("The pipeline tries again in %ld ms.", delay)));
 }
 
+/*
+ * Delivers the messages of a batch that the pipeline's routing lets pass
+ * (live batches only: a message queued for retry or by an operator was
+ * chosen already) and marks the others RELAY_FILTERED, as if passed over
+ * and acknowledged; *filtered counts them.
+ */
+static void
+deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool from_queue,
+			   RelayDeliveryResult *r, int *filtered)
+{
+	RelayDeliveryResult sub;
+	RelayMessage *pass;
+	int		   *pos;
+	int			npass = 0;
+	int			i;
+
+	*filtered = 0;
+	if (from_queue || p->routing == NULL)
+	{
+		RelaySinkDeliver(&p->sink, msgs, n, r);
+		return;
+	}
+	pass = palloc(sizeof(RelayMessage) * n);
+	pos = palloc(sizeof(int) * n);
+	for (i = 0; i < n; i++)
+	{
+		pos[i] = -1;
+		if (RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+		{
+			pos[i] = npass;
+			pass[npass++] = msgs[i];
+		}
+	}
+	*filtered = n - npass;
+	memset(&sub, 0, sizeof(sub));
+	if (npass > 0)
+		RelaySinkDeliver(&p->sink, pass, npass, &sub);
+	memset(r, 0, sizeof(*r));
+	r->each = palloc0(sizeof(RelayMessageOutcome) * n);
+	r->gone = sub.gone;
+	for (i = 0; i < n; i++)
+	{
+		if (pos[i] >= 0)
+			r->each[i] = sub.each[pos[i]];
+		else
+			r->each[i].outcome = RELAY_FILTERED;
+		if (r->each[i].outcome == RELAY_DELIVERED)
+			r->delivered++;
+		if (r->acked == i && (r->each[i].outcome == RELAY_DELIVERED ||
+							  r->each[i].outcome == RELAY_FILTERED))
+			r->acked++;
+	}
+}
+
 /* What happens to the batch's messages after their delivery. */
 typedef enum BatchEnd
 {
@@ -385,12 +462,14 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	int			i;
 	int			ndead = 0;
 	int			nqueued = 0;
+	int			nsucceeded = 0;
+	int			nfailed = 0;
 	long		first_delay = -1;
 
 	memset(&s, 0, sizeof(s));
 	s.sent_at = GetCurrentTimestamp();
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
-	RelaySinkDeliver(&p->sink, msgs, n, &r);
+	deliver_routed(p, msgs, n, from_queue, &r, &s.filtered);
 	pgstat_report_activity(STATE_IDLE, NULL);
 
 	s.n = n;
@@ -404,9 +483,17 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 
 	/* Every request made is an attempt; a message held at counts its holds. */
 	for (i = 0; i < n; i++)
-		if (r.each[i].outcome != RELAY_NOT_SENT)
+		if (r.each[i].outcome != RELAY_NOT_SENT && r.each[i].outcome != RELAY_FILTERED)
+		{
 			s.attempt_no[i] = msgs[i].attempts + 1 +
 				(!from_queue && st->holds > 0 && msgs[i].id == st->held_at ? st->holds : 0);
+			if (r.each[i].outcome == RELAY_DELIVERED)
+				nsucceeded++;
+			else
+				nfailed++;
+		}
+	RelayPacingAfterBatch(p, &st->pacing, nsucceeded + nfailed, nfailed, nsucceeded);
+	s.breaker = RelayBreakerStateName(p, &st->pacing);
 
 	/* How many messages, from the first, this record may settle. */
 	if (r.gone)
@@ -418,6 +505,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	else
 		for (settled = 0; settled < n; settled++)
 			if (r.each[settled].outcome != RELAY_DELIVERED &&
+				r.each[settled].outcome != RELAY_FILTERED &&
 				!message_failed(r.each[settled].outcome))
 				break;
 
@@ -496,6 +584,9 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 		}
 	st->held_until = 0;
 	st->holds = 0;
+	/* An open breaker ends the pipeline's turn; so does a spent rate. */
+	if (st->pacing.breaker == RELAY_BREAKER_OPEN)
+		return BATCH_HELD;
 	return n == p->batch_size ? BATCH_FULL : BATCH_DONE;
 }
 
@@ -508,16 +599,24 @@ deliver_retries(const RelayPipeline *p, PipelineState *st, MemoryContext cxt)
 {
 	RelayMessage *msgs;
 	TimestampTz next_due;
+	TimestampTz wake;
+	int			limit;
 	int			n;
 
 	if (st->retry_check_at > GetCurrentTimestamp())
 		return BATCH_DONE;
-	n = RelayTakeRetries(p, cxt, &msgs, &next_due);
+	limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
+	if (limit == 0)
+	{
+		wake_at(wake);
+		return BATCH_HELD;
+	}
+	n = RelayTakeRetries(p, limit, cxt, &msgs, &next_due);
 	/* Empty: looked at again when the worker queues one, or SQL asks. */
 	st->retry_check_at = next_due != 0 ? next_due : DT_NOEND;
 	if (n == 0)
 		return BATCH_DONE;
-	if (n == p->batch_size)
+	if (n == limit)
 		st->retry_check_at = 0;
 	return deliver_batch(p, st, msgs, n, true, cxt);
 }
@@ -548,15 +647,25 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 	for (batch = 0; end != BATCH_HELD && batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
 	{
 		RelayMessage *msgs;
+		TimestampTz wake;
+		int			limit;
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
 		RelayExitIfPostmasterDied();
-		n = RelayLeaseBatch(p, cxt, &msgs);
+		limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
+		if (limit == 0)
+		{
+			wake_at(wake);
+			end = BATCH_HELD;
+			break;
+		}
+		n = RelayLeaseBatch(p, limit, cxt, &msgs);
 		if (n == 0)
 			break;
 		end = deliver_batch(p, st, msgs, n, false, cxt);
-		if (end != BATCH_FULL)
+		/* A short lease: nothing more waits (unless the rate cut it short). */
+		if (end == BATCH_HELD || n < limit)
 			break;
 		if (batch == RELAY_MAX_BATCHES_PER_PASS - 1)
 			more = true;
@@ -656,7 +765,10 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
 	if (installed)
+	{
 		RelayTrimAttemptLog();
+		RelaySweepOutboxes();
+	}
 	return installed;
 }
 

@@ -229,6 +229,8 @@ CREATE TABLE tide.relay_pipeline_health (
 	last_status				int,
 	last_error_class		text,
 	last_error				text,
+	breaker					text,
+	filtered				bigint NOT NULL DEFAULT 0,
 	updated_at				timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE tide.relay_pipeline_health
@@ -1741,6 +1743,54 @@ BEGIN
 END
 $$;
 
+-- Validates the optional "rate_limit" and "breaker" objects of a pipeline
+-- config and returns them with their defaults ({} when neither is given):
+-- rate_limit.per_second (messages a second, fractions allowed) and
+-- rate_limit.burst (messages at once, default per_second rounded up);
+-- breaker.failure_threshold (failed attempts in a row that open it, default
+-- 20) and breaker.cooldown_ms (how long it stays open, default 30000).
+CREATE FUNCTION tide._relay_pacing_config(p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	r jsonb := p_config -> 'rate_limit';
+	b jsonb := p_config -> 'breaker';
+	result jsonb := '{}';
+	per_second numeric;
+BEGIN
+	IF r IS NOT NULL THEN
+		PERFORM tide._relay_check_type('rate_limit', r, 'object',
+			'Give "rate_limit" as an object with per_second and burst.');
+		PERFORM tide._relay_check_keys(r, ARRAY['per_second', 'burst'], 'rate_limit.');
+		IF NOT r ? 'per_second' THEN
+			PERFORM tide._relay_bad_config('config key "rate_limit.per_second" is missing',
+				'Give "rate_limit.per_second", the messages a second the pipeline may send, for example 50.');
+		END IF;
+		PERFORM tide._relay_check_type('rate_limit.per_second', r -> 'per_second', 'number',
+			'Give "rate_limit.per_second" as a number above 0 and at most 1000000.');
+		per_second := (r ->> 'per_second')::numeric;
+		IF per_second <= 0 OR per_second > 1000000 THEN
+			PERFORM tide._relay_bad_config(
+				format('config key "rate_limit.per_second" is out of range: %s', per_second),
+				'Give "rate_limit.per_second" as a number above 0 and at most 1000000.');
+		END IF;
+		result := result || jsonb_build_object('rate_limit', jsonb_build_object(
+			'per_second', per_second,
+			'burst', tide._relay_int(r, 'burst', 'rate_limit.burst', 1, 1000000, ceil(per_second)::int)));
+	END IF;
+	IF b IS NOT NULL THEN
+		PERFORM tide._relay_check_type('breaker', b, 'object',
+			'Give "breaker" as an object with failure_threshold and cooldown_ms.');
+		PERFORM tide._relay_check_keys(b, ARRAY['failure_threshold', 'cooldown_ms'], 'breaker.');
+		result := result || jsonb_build_object('breaker', jsonb_build_object(
+			'failure_threshold', tide._relay_int(b, 'failure_threshold', 'breaker.failure_threshold', 1, 1000000, 20),
+			'cooldown_ms', tide._relay_int(b, 'cooldown_ms', 'breaker.cooldown_ms', 100, 86400000, 30000)));
+	END IF;
+	RETURN result;
+END
+$$;
+
 -- Validates a webhook sink config and returns it with every default filled
 -- in (outbox and consumer group are added by the caller).
 CREATE FUNCTION tide._relay_webhook_config(p_config jsonb)
@@ -1751,7 +1801,7 @@ DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
 						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
 						  'allow_http', 'allow_private_network', 'retry', 'ordering', 'attempt_log',
-						  'alerts'];
+						  'alerts', 'types', 'filter', 'rate_limit', 'breaker'];
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
@@ -1840,6 +1890,8 @@ BEGIN
 		'base_ms', base_ms,
 		'cap_ms', tide._relay_int(retry, 'cap_ms', 'retry.cap_ms', base_ms, 86400000, greatest(60000, base_ms)),
 		'max_attempts', tide._relay_int(retry, 'max_attempts', 'retry.max_attempts', 1, 100, 10)));
+	-- types, filter: which messages are delivered (relay/filter.c).
+	result := result || tide._relay_routing(p_config) || tide._relay_pacing_config(p_config);
 	RETURN result;
 END
 $$;
@@ -1854,7 +1906,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync',
-						  'attempt_log', 'alerts'];
+						  'attempt_log', 'alerts', 'types', 'filter', 'rate_limit', 'breaker'];
 	hint text := 'Give "path" as an absolute file name such as "/var/log/pg_tide/orders.jsonl".';
 BEGIN
 	PERFORM tide._relay_check_keys(p_config, known, '');
@@ -1879,7 +1931,8 @@ BEGIN
 		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
 		'fsync', tide._relay_bool(p_config, 'fsync', true),
 		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
-		'alerts', tide._relay_alerts_config(p_config));
+		'alerts', tide._relay_alerts_config(p_config))
+		|| tide._relay_routing(p_config) || tide._relay_pacing_config(p_config);
 END
 $$;
 
@@ -2087,6 +2140,42 @@ COMMENT ON FUNCTION tide.relay_list_configs()
 	IS 'every forward pipeline with its outbox, consumer group, sink type and config, secrets shown as ********';
 
 -- ---------------------------------------------------------------------------
+-- Routing (relay/filter.c). A pipeline's "types" (patterns matched against
+-- the message's "type" header) and "filter" (a content filter on payload
+-- and headers) choose the messages it delivers; the relay passes the others
+-- over without delivery (see docs/relay.md#routing). Validation and
+-- tide.relay_filter_matches use the compiler and evaluator the relay uses.
+-- ---------------------------------------------------------------------------
+
+-- Raises 22023 when "types" or "filter" is invalid; NULL: the key is absent.
+CREATE FUNCTION tide._relay_routing_check(p_types jsonb, p_filter jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_routing_check'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- The "types" and "filter" of a config, validated, as the object merged
+-- into the stored config ('{}' when neither is given).
+CREATE FUNCTION tide._relay_routing(p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	PERFORM tide._relay_routing_check(p_config -> 'types', p_config -> 'filter');
+	RETURN CASE WHEN p_config ? 'types' THEN jsonb_build_object('types', p_config -> 'types')
+				ELSE '{}' END
+		|| CASE WHEN p_config ? 'filter' THEN jsonb_build_object('filter', p_config -> 'filter')
+				ELSE '{}' END;
+END
+$$;
+
+CREATE FUNCTION tide.relay_filter_matches(p_config jsonb, p_payload jsonb, p_headers jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tide_relay_filter_matches'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION tide.relay_filter_matches(jsonb, jsonb, jsonb)
+	IS 'whether a message with this payload and headers passes the "types" and "filter" of a pipeline config';
+
+-- ---------------------------------------------------------------------------
 -- Dead letters. A message that fails permanently (an answer other than 2xx,
 -- 408, 425, 429 or 5xx) or runs out of retry.max_attempts goes to
 -- relay_dlq, and the pipeline moves on (with ordering 'strict' it holds
@@ -2267,7 +2356,8 @@ $$;
 
 CREATE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures int, p_successes int,
 										p_status int, p_error_class text, p_error text,
-										p_exhausted bigint[])
+										p_exhausted bigint[], p_breaker text DEFAULT NULL,
+										p_filtered int DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -2281,10 +2371,10 @@ DECLARE
 BEGIN
 	INSERT INTO tide.relay_pipeline_health AS h
 		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
-		 last_error_class, last_error, updated_at)
+		 last_error_class, last_error, breaker, filtered, updated_at)
 	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
 			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
-			p_status, p_error_class, p_error, now())
+			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now())
 	ON CONFLICT (pipeline_id) DO UPDATE
 	   SET consecutive_failures = CASE WHEN p_successes > 0 THEN 0
 									   ELSE h.consecutive_failures + p_failures END,
@@ -2293,6 +2383,8 @@ BEGIN
 		   last_status = CASE WHEN p_failures > 0 THEN p_status ELSE h.last_status END,
 		   last_error_class = CASE WHEN p_failures > 0 THEN p_error_class ELSE h.last_error_class END,
 		   last_error = CASE WHEN p_failures > 0 THEN p_error ELSE h.last_error END,
+		   breaker = EXCLUDED.breaker,
+		   filtered = h.filtered + EXCLUDED.filtered,
 		   updated_at = now()
 	RETURNING consecutive_failures INTO now_failing;
 
@@ -2433,8 +2525,11 @@ SELECT c.name AS pipeline,
 	   c.config ->> 'sink_type' AS sink_type,
 	   c.config ->> 'outbox' AS outbox,
 	   CASE WHEN NOT c.enabled THEN 'disabled'
+			WHEN h.breaker = 'open' THEN 'breaker_open'
 			WHEN coalesce(h.consecutive_failures, 0) = 0 THEN 'healthy'
 			ELSE 'failing' END AS health,
+	   h.breaker,
+	   coalesce(h.filtered, 0) AS filtered,
 	   coalesce(h.consecutive_failures, 0) AS consecutive_failures,
 	   l.delivered_upto AS offset_id,
 	   l.lag_messages,
@@ -2458,6 +2553,221 @@ SELECT c.name AS pipeline,
   LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
 COMMENT ON VIEW tide.relay_pipeline_status
 	IS 'per pipeline: health, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
+
+-- ---------------------------------------------------------------------------
+-- Retention. tide.outbox_sweep deletes an outbox's messages that are older
+-- than its retention_hours and that every participant has passed: each
+-- consumer group of the outbox (a relay pipeline reads through one, and a
+-- live lease holds its group's position back), never above the publish
+-- tracker's safe horizon. An outbox without consumer groups loses its
+-- messages by age alone: nobody reads them. The relay worker runs it.
+--
+-- Why no group is locked. A group's position, least(leased_upto, lowest
+-- lease_start - 1), is read in one statement, so from one snapshot, and
+-- every id up to it is acknowledged in that snapshot. Polls, commits and
+-- lease changes only ever move a committed position forward: a poll leases
+-- ids above leased_upto and moves leased_upto to the last of them, a
+-- takeover splits a lease at its start, a commit raises a lease's start or
+-- deletes the lease, a release only changes the expiry. So whatever
+-- commits while a sweep runs, the ids at or below the position it read
+-- stay acknowledged, and no poll reads them again: polls fetch ids above
+-- leased_upto or inside a lease, all above the position. The sweep takes
+-- no group lock, and consumers never wait for it, nor it for them. Two
+-- things move a position back: tide.admin_rewind_offset and a new group
+-- ('earliest' starts at 0). Each behaves as if it had run after the sweep
+-- (neither reads messages): a rewind below what retention deleted, or a
+-- group created during a sweep, starts at the oldest message still kept.
+-- A group with no position yet ('none') holds every message.
+--
+-- The deletion takes ROW EXCLUSIVE on the message table, as publishers do:
+-- publishers never wait for it. outbox_drop's SHARE ROW EXCLUSIVE waits for
+-- a running sweep, as for a publisher. Rows are deleted in id order,
+-- p_batch_size per statement, at most 100 statements per call; the rows a
+-- concurrent sweep has locked are skipped.
+-- ---------------------------------------------------------------------------
+
+-- The participants of an outbox: one row per consumer group with its
+-- position (NULL when it has none yet), named as the pipeline that reads
+-- through it, else as the consumer whose lease holds the position below the
+-- group's dispatch cursor, else as the group.
+CREATE FUNCTION tide._retention_participants(p_outbox text)
+RETURNS TABLE (kind text, name text, group_name text, passed_upto bigint)
+LANGUAGE sql STABLE
+AS $$
+	SELECT CASE WHEN p.name IS NOT NULL THEN 'pipeline'
+				WHEN l.lease_start - 1 < g.leased_upto THEN 'lease'
+				ELSE 'consumer_group' END,
+		   CASE WHEN p.name IS NOT NULL THEN p.name
+				WHEN l.lease_start - 1 < g.leased_upto THEN l.consumer_id
+				ELSE g.group_name END,
+		   g.group_name,
+		   CASE WHEN g.leased_upto IS NOT NULL THEN least(g.leased_upto, l.lease_start - 1) END
+	  FROM tide.tide_consumer_groups g
+	  LEFT JOIN LATERAL (SELECT x.consumer_id, x.lease_start
+						   FROM tide.tide_consumer_leases x
+						  WHERE x.group_name = g.group_name
+						  ORDER BY x.lease_start, x.consumer_id LIMIT 1) l ON true
+	  LEFT JOIN LATERAL (SELECT min(r.name) AS name
+						   FROM tide.relay_outbox_config r
+						  WHERE r.config ->> 'consumer_group' = g.group_name) p ON true
+	 WHERE g.outbox_name = p_outbox
+$$;
+
+-- What retention may delete from an outbox now: its messages created before
+-- cutoff with ids up to bound (the lowest participant position, capped by
+-- the safe horizon); and, when messages past retention lie above bound, the
+-- blocker: the participant with the lowest position, or the safe horizon
+-- when no participant is below it (an open publishing transaction).
+CREATE FUNCTION tide._outbox_retention(p_outbox text, p_retention_hours int,
+									   OUT cutoff timestamptz, OUT safe_horizon bigint,
+									   OUT bound bigint, OUT blocker jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	low record;
+	has_low boolean;
+BEGIN
+	cutoff := now() - make_interval(hours => p_retention_hours);
+	-- The horizon first: the positions and the messages are read by later
+	-- statements, with later snapshots.
+	safe_horizon := tide._safe_horizon();
+	SELECT * INTO low FROM tide._retention_participants(p_outbox) r
+	 ORDER BY r.passed_upto NULLS FIRST, r.kind, r.name LIMIT 1;
+	has_low := FOUND;
+	IF NOT has_low THEN
+		bound := safe_horizon;
+	ELSE
+		bound := least(coalesce(low.passed_upto, 0), safe_horizon);
+	END IF;
+	IF EXISTS (SELECT 1 FROM tide.tide_outbox_messages m
+				WHERE m.outbox_name = p_outbox AND m.id > bound AND m.created_at < cutoff) THEN
+		IF has_low AND coalesce(low.passed_upto, -1) < safe_horizon THEN
+			blocker := jsonb_build_object('kind', low.kind, 'name', low.name,
+										  'group', low.group_name, 'position', low.passed_upto);
+		ELSE
+			blocker := jsonb_build_object('kind', 'safe_horizon', 'name', NULL,
+										  'group', NULL, 'position', safe_horizon);
+		END IF;
+	END IF;
+END
+$$;
+
+CREATE FUNCTION tide.outbox_sweep(p_outbox_name text DEFAULT NULL,
+								  p_batch_size int DEFAULT 1000,
+								  p_dry_run boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	max_batches constant int := 100;
+	cfg tide.tide_outbox_config;
+	r record;
+	eligible bigint;
+	deleted bigint;
+	batches int;
+	more boolean;
+	after_id bigint;
+	n bigint;
+	last_id bigint;
+	total bigint := 0;
+	total_batches int := 0;
+	any_more boolean := false;
+	items jsonb := '[]';
+BEGIN
+	IF p_outbox_name IS NOT NULL THEN
+		PERFORM tide._outbox_config(p_outbox_name);
+	END IF;
+	IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+		RAISE EXCEPTION 'batch size must be between 1 and 10000'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the most messages to delete with one statement.';
+	END IF;
+	IF p_dry_run IS NULL THEN
+		RAISE EXCEPTION 'dry_run must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Pass true to count what would be deleted, false to delete it.';
+	END IF;
+
+	FOR cfg IN SELECT * FROM tide.tide_outbox_config c
+				WHERE p_outbox_name IS NULL OR c.outbox_name = p_outbox_name
+				ORDER BY c.outbox_name
+	LOOP
+		r := tide._outbox_retention(cfg.outbox_name, cfg.retention_hours);
+		-- Every id up to r.bound belongs to a transaction that has ended
+		-- (bound <= safe horizon), so this snapshot sees the whole set, and
+		-- nothing joins it later.
+		SELECT count(*) INTO eligible FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = cfg.outbox_name AND m.id <= r.bound AND m.created_at < r.cutoff;
+		deleted := 0;
+		batches := 0;
+		more := false;
+		after_id := 0;
+		IF NOT p_dry_run THEN
+			WHILE deleted < eligible LOOP
+				IF total_batches >= max_batches THEN
+					more := true;
+					EXIT;
+				END IF;
+				WITH b AS (
+					SELECT m.id FROM tide.tide_outbox_messages m
+					 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
+					   AND m.created_at < r.cutoff
+					 ORDER BY m.id LIMIT p_batch_size
+					   FOR UPDATE SKIP LOCKED),
+				d AS (
+					DELETE FROM tide.tide_outbox_messages m USING b WHERE m.id = b.id
+					RETURNING m.id)
+				SELECT count(*), max(d.id) INTO n, last_id FROM d;
+				batches := batches + 1;
+				total_batches := total_batches + 1;
+				deleted := deleted + n;
+				EXIT WHEN n < p_batch_size;
+				after_id := last_id;
+			END LOOP;
+		END IF;
+		total := total + deleted;
+		any_more := any_more OR more;
+		items := items || jsonb_build_object(
+					'outbox', cfg.outbox_name,
+					'retention_hours', cfg.retention_hours,
+					'safe_horizon', r.safe_horizon,
+					'horizon_id', r.bound,
+					'eligible', eligible,
+					'deleted', deleted,
+					'batches', batches,
+					'more', more,
+					'blocker', r.blocker);
+	END LOOP;
+	RETURN jsonb_build_object('outboxes', items, 'deleted', total, 'batches', total_batches,
+							  'more', any_more, 'dry_run', p_dry_run);
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_sweep(text, int, boolean)
+	IS 'deletes messages older than retention_hours that every consumer group has passed, in batches; names what holds retention back';
+
+CREATE VIEW tide.outbox_retention_status AS
+SELECT c.outbox_name,
+	   c.retention_hours,
+	   s.messages,
+	   s.oldest_message_age,
+	   s.past_retention,
+	   s.deletable,
+	   r.bound AS horizon_id,
+	   r.blocker ->> 'kind' AS blocker_kind,
+	   r.blocker ->> 'name' AS blocker_name,
+	   r.blocker ->> 'group' AS blocker_group,
+	   (r.blocker ->> 'position')::bigint AS blocker_position
+  FROM tide.tide_outbox_config c
+ CROSS JOIN LATERAL tide._outbox_retention(c.outbox_name, c.retention_hours) r
+ CROSS JOIN LATERAL (
+		SELECT count(*) AS messages,
+			   now() - min(m.created_at) AS oldest_message_age,
+			   count(*) FILTER (WHERE m.created_at < r.cutoff) AS past_retention,
+			   count(*) FILTER (WHERE m.created_at < r.cutoff AND m.id <= r.bound) AS deletable
+		  FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.outbox_name) s;
+COMMENT ON VIEW tide.outbox_retention_status
+	IS 'per outbox: messages, past retention, deletable now by tide.outbox_sweep, and what holds the rest back';
 
 -- ---------------------------------------------------------------------------
 -- Privileges. The tables are the owner's; roles that publish or consume get

@@ -11,7 +11,8 @@ SELECT tide.relay_set_outbox('op_hook', 'op_orders', 'op_group',
 	'{"sink_type": "webhook", "url": "https://example.com/hooks",
 	  "alerts": {"failure_threshold": 10, "auto_disable": true}}');
 SELECT tide.relay_get_config('op_hook') -> 'alerts' AS alerts;
-SELECT tide.outbox_publish('op_orders', jsonb_build_object('n', g)) FROM generate_series(1, 5) g;
+SELECT count(tide.outbox_publish('op_orders', jsonb_build_object('n', g))) AS published
+  FROM generate_series(1, 5) g;
 
 -- alerts: validated like every key
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_orders', 'op_bad_group',
@@ -80,3 +81,28 @@ SELECT count(*) AS health_rows FROM tide.relay_pipeline_health;
 SELECT tide.drop_consumer_group('op_group');
 SELECT tide.outbox_drop('op_orders');
 SELECT tide.outbox_drop('op_events');
+
+-- rate_limit and breaker: optional, validated, defaults filled in
+SELECT tide.outbox_create('op_more');
+SELECT tide.relay_set_outbox('op_paced', 'op_more', 'op_paced_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": 2.5},
+	  "breaker": {}}');
+SELECT tide.relay_get_config('op_paced') -> 'rate_limit' AS rate_limit,
+	   tide.relay_get_config('op_paced') -> 'breaker' AS breaker;
+SELECT tide.relay_set_outbox('op_paced', 'op_more', 'op_paced_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s"}');
+SELECT tide.relay_get_config('op_paced') ?| ARRAY['rate_limit', 'breaker'] AS still_paced;
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"burst": 5}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": 0}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": "fast"}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "breaker": {"cooldown_ms": 5}}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "file", "path": "/tmp/x", "breaker": {"open_after": 5}}')$$);
+SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'op_bad';
+SELECT tide.relay_delete('op_paced');
+SELECT tide.drop_consumer_group('op_paced_group');
+SELECT tide.outbox_drop('op_more');
