@@ -144,3 +144,14 @@ SELECT tide.relay_delete('pipe');
 SELECT tide.outbox_drop('sw');
 SELECT tide.outbox_drop('sw_free');
 SELECT setval('tide.tide_outbox_messages_id_seq', greatest(:seq_before, 1), :seq_before > 0) \g /dev/null
+
+-- p_older_than overrides retention_hours for one call; a negative age is refused
+SELECT tide.outbox_create('sw_age', p_retention_hours => 24);
+SELECT count(tide.outbox_publish('sw_age', jsonb_build_object('n', g))) FROM generate_series(1, 4) g;
+UPDATE tide.tide_outbox_messages SET created_at = now() - interval '2 minutes' WHERE outbox_name = 'sw_age';
+SELECT (tide.outbox_sweep('sw_age') -> 'deleted')::int AS by_retention_hours,
+	   (tide.outbox_sweep('sw_age', p_dry_run => true, p_older_than => interval '1 minute') #> '{outboxes,0,eligible}')::int AS dry_run_by_age;
+SELECT (tide.outbox_sweep('sw_age', p_older_than => interval '1 minute') -> 'deleted')::int AS by_age;
+SELECT pg_temp.try($$SELECT tide.outbox_sweep('sw_age', p_older_than => interval '-1 minute')$$);
+SELECT tide.outbox_drop('sw_age');
+

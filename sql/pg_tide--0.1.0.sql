@@ -2618,7 +2618,7 @@ $$;
 -- the safe horizon); and, when messages past retention lie above bound, the
 -- blocker: the participant with the lowest position, or the safe horizon
 -- when no participant is below it (an open publishing transaction).
-CREATE FUNCTION tide._outbox_retention(p_outbox text, p_retention_hours int,
+CREATE FUNCTION tide._outbox_retention(p_outbox text, p_keep interval,
 									   OUT cutoff timestamptz, OUT safe_horizon bigint,
 									   OUT bound bigint, OUT blocker jsonb)
 LANGUAGE plpgsql
@@ -2627,7 +2627,7 @@ DECLARE
 	low record;
 	has_low boolean;
 BEGIN
-	cutoff := now() - make_interval(hours => p_retention_hours);
+	cutoff := now() - p_keep;
 	-- The horizon first: the positions and the messages are read by later
 	-- statements, with later snapshots.
 	safe_horizon := tide._safe_horizon();
@@ -2654,7 +2654,8 @@ $$;
 
 CREATE FUNCTION tide.outbox_sweep(p_outbox_name text DEFAULT NULL,
 								  p_batch_size int DEFAULT 1000,
-								  p_dry_run boolean DEFAULT false)
+								  p_dry_run boolean DEFAULT false,
+								  p_older_than interval DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -2687,12 +2688,18 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Pass true to count what would be deleted, false to delete it.';
 	END IF;
+	IF p_older_than < interval '0' THEN
+		RAISE EXCEPTION 'age must not be negative, not %', p_older_than
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give p_older_than, to sweep messages older than it instead of the outbox''s retention_hours, or leave it NULL.';
+	END IF;
 
 	FOR cfg IN SELECT * FROM tide.tide_outbox_config c
 				WHERE p_outbox_name IS NULL OR c.outbox_name = p_outbox_name
 				ORDER BY c.outbox_name
 	LOOP
-		r := tide._outbox_retention(cfg.outbox_name, cfg.retention_hours);
+		r := tide._outbox_retention(cfg.outbox_name,
+									coalesce(p_older_than, make_interval(hours => cfg.retention_hours)));
 		-- Every id up to r.bound belongs to a transaction that has ended
 		-- (bound <= safe horizon), so this snapshot sees the whole set, and
 		-- nothing joins it later.
@@ -2742,8 +2749,8 @@ BEGIN
 							  'more', any_more, 'dry_run', p_dry_run);
 END
 $$;
-COMMENT ON FUNCTION tide.outbox_sweep(text, int, boolean)
-	IS 'deletes messages older than retention_hours that every consumer group has passed, in batches; names what holds retention back';
+COMMENT ON FUNCTION tide.outbox_sweep(text, int, boolean, interval)
+	IS 'deletes messages older than retention_hours (or p_older_than) that every consumer group has passed, in batches; names what holds retention back';
 
 CREATE VIEW tide.outbox_retention_status AS
 SELECT c.outbox_name,
@@ -2758,7 +2765,7 @@ SELECT c.outbox_name,
 	   r.blocker ->> 'group' AS blocker_group,
 	   (r.blocker ->> 'position')::bigint AS blocker_position
   FROM tide.tide_outbox_config c
- CROSS JOIN LATERAL tide._outbox_retention(c.outbox_name, c.retention_hours) r
+ CROSS JOIN LATERAL tide._outbox_retention(c.outbox_name, make_interval(hours => c.retention_hours)) r
  CROSS JOIN LATERAL (
 		SELECT count(*) AS messages,
 			   now() - min(m.created_at) AS oldest_message_age,
