@@ -468,7 +468,8 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 				 r->resp_len > 0 ? ", response: " : "", r->resp);
 		RelaySetFailure(&o, (s == 408 || s == 425 || s == 429 || (s >= 500 && s <= 599)) ?
 						RELAY_RETRYABLE : RELAY_PERMANENT,
-						s >= 500 ? "http_5xx" : s >= 400 ? "http_4xx" : "http_3xx", s, error);
+						s == 413 ? "too_large" : s >= 500 ? "http_5xx" : s >= 400 ? "http_4xx" : "http_3xx",
+						s, error);
 		if (s == 410)
 			result->gone = true;
 	}

@@ -281,6 +281,14 @@ is($node->safe_psql('postgres',
 		   FROM tide.relay_attempts WHERE pipeline_id = 'hook' AND message_id = $dead"),
 	'1:false:failed:400,1:true:success:200', 'the manual retry shows in relay_attempts as manual');
 
+# 413 Payload Too Large is permanent, with its own error class.
+control({ fail => [413] });
+@ids = publish(1);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM tide.relay_dlq WHERE message_id = $ids[0] AND last_error_class = 'too_large'"),
+	'a 413 dead-letters the message with error class too_large');
+$node->safe_psql('postgres', "SELECT tide.relay_dlq_purge(interval '0')");
+
 # Retries run out: max_attempts 2 against a receiver answering 503.
 set_hook({ retry => { base_ms => 50, cap_ms => 200, max_attempts => 2 } });
 control({ always => 503 });
