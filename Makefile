@@ -10,11 +10,12 @@ OBJS = \
 	src/relay_control.o \
 	relay/launcher.o \
 	relay/worker.o \
+	relay/pipelines.o \
 	relay/lease.o \
 	relay/message.o \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/attempt_log.o \
-	relay/filter.o relay/pacing.o relay/retention.o
+	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -222,6 +223,9 @@ RelayExitIfPostmasterDied(void)
  */
 #include "filter.h"
 extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
+
+/* pipelines.c */
+extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

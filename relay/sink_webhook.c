@@ -40,10 +40,7 @@
 #include <time.h>
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
-#include "common/base64.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -51,14 +48,13 @@
 #include "portability/instr_time.h"
 #include "utils/json.h"
 
+#include "signature.h"
 #include "sink.h"
 
 /* How long one curl_multi_poll may wait before interrupts are checked. */
 #define WEBHOOK_POLL_SLICE_MS	100
 /* How much of a response body is kept (for the log). */
 #define WEBHOOK_MAX_RESPONSE	2048
-/* Most secrets that sign one request. */
-#define WEBHOOK_MAX_SECRETS		16
 
 /* One HTTP request of a batch, and what came back. */
 typedef struct WebhookRequest
@@ -170,30 +166,10 @@ read_header(char *buf, size_t size, size_t nitems, void *userdata)
 
 	if (n > 12 && n < 128 && pg_strncasecmp(buf, "retry-after:", 12) == 0)
 	{
-		char		tmp[128];
-		char	   *v = tmp;
-		char	   *end;
-		long		secs;
-		time_t		when;
+		long		ms = RelayRetryAfterMs(buf + 12, n - 12, time(NULL));
 
-		memcpy(tmp, buf + 12, n - 12);
-		tmp[n - 12] = '\0';
-		while (*v == ' ' || *v == '\t')
-			v++;
-		for (end = v + strlen(v); end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '); end--)
-			end[-1] = '\0';
-		secs = strtol(v, &end, 10);
-		if (end != v && *end == '\0')
-		{
-			if (secs >= 0 && secs <= 86400)
-				r->retry_after_ms = secs * 1000;
-		}
-		else if ((when = curl_getdate(v, NULL)) != -1)
-		{
-			time_t		now = time(NULL);
-
-			r->retry_after_ms = when > now ? (long) Min(when - now, 86400) * 1000 : 0;
-		}
+		if (ms >= 0)
+			r->retry_after_ms = ms;
 	}
 	return n;
 }
@@ -213,72 +189,18 @@ add_header(struct curl_slist **list, const char *line)
 /*
  * The signature headers of a request: Standard Webhooks' webhook-signature
  * (every secret signs "<id>.<timestamp>.<body>") or pg-tide's
- * X-Pg-Tide-Signature (the first secret signs the body).
+ * X-Pg-Tide-Signature (the first secret signs the body), computed by
+ * RelaySignatureHeader (signature.c). False only when memory ran out.
  */
 static bool
 add_signatures(struct curl_slist **list, const RelayWebhookSinkConfig *cfg,
 			   const char *id, const char *ts, const StringInfo body)
 {
-	char	   *secrets = pstrdup(cfg->secrets);
-	char	   *save = NULL;
-	char	   *tok;
-	StringInfoData line;
-	StringInfoData msg;
-	int			nsigned = 0;
-	bool		ok = true;
+	char		line[RELAY_SIGNATURE_HEADER_SIZE];
+	int			rc = RelaySignatureHeader(line, cfg->secrets, cfg->pg_tide_signature,
+										  id, ts, body->data, body->len);
 
-	initStringInfo(&line);
-	initStringInfo(&msg);
-	if (cfg->pg_tide_signature)
-		appendBinaryStringInfo(&msg, body->data, body->len);
-	else
-	{
-		appendStringInfo(&msg, "%s.%s.", id, ts);
-		appendBinaryStringInfo(&msg, body->data, body->len);
-	}
-	appendStringInfoString(&line, cfg->pg_tide_signature ?
-						   "X-Pg-Tide-Signature: sha256=" : "webhook-signature:");
-
-	for (tok = strtok_r(secrets, " ", &save); tok != NULL && nsigned < WEBHOOK_MAX_SECRETS;
-		 tok = strtok_r(NULL, " ", &save))
-	{
-		int			klen = pg_b64_dec_len(strlen(tok));
-		char	   *key = palloc(klen + 1);
-		unsigned char mac[EVP_MAX_MD_SIZE];
-		unsigned int maclen = 0;
-
-		klen = pg_b64_decode(tok, strlen(tok), key, klen);
-		if (klen <= 0 ||
-			HMAC(EVP_sha256(), key, klen, (unsigned char *) msg.data, msg.len,
-				 mac, &maclen) == NULL)
-			continue;
-		if (cfg->pg_tide_signature)
-		{
-			unsigned int i;
-
-			for (i = 0; i < maclen; i++)
-				appendStringInfo(&line, "%02x", mac[i]);
-			nsigned++;
-			break;
-		}
-		else
-		{
-			char		b64[EVP_MAX_MD_SIZE * 2];
-			int			blen = pg_b64_encode((char *) mac, maclen, b64, sizeof(b64) - 1);
-
-			if (blen <= 0)
-				continue;
-			b64[blen] = '\0';
-			appendStringInfo(&line, " v1,%s", b64);
-			nsigned++;
-		}
-	}
-	if (nsigned > 0)
-		ok = add_header(list, line.data);
-	pfree(line.data);
-	pfree(msg.data);
-	pfree(secrets);
-	return ok;
+	return rc == 0 || (rc > 0 && add_header(list, line));
 }
 
 /* Prepares the easy handle of a request for messages first..last. */
