@@ -41,3 +41,20 @@ bench_cleanup() {
 trap bench_cleanup EXIT
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+
+# bench_need_receiver <tools...>: installs the tools and libmicrohttpd from
+# Debian's packages when missing, builds test/receiver, sets RECEIVER_BIN.
+bench_need_receiver() {
+	local tool missing=()
+	for tool in "$@"; do
+		command -v "$tool" >/dev/null || missing+=("$tool")
+	done
+	dpkg-query -W -f='${Status}' libmicrohttpd-dev 2>/dev/null | grep -q "install ok installed" ||
+		missing+=(libmicrohttpd-dev)
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+	make -s -C "$(dirname "${BASH_SOURCE[0]}")/.." test/receiver >/dev/null
+	RECEIVER_BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/test/receiver
+}

@@ -67,18 +67,7 @@ BATCH_SIZE=${BATCH_SIZE:-1000}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 
 # wrk, curl and jq come from Debian's packages; libmicrohttpd for the receiver.
-missing=()
-for tool in wrk curl jq; do
-	command -v "$tool" >/dev/null || missing+=("$tool")
-done
-dpkg-query -W -f='${Status}' libmicrohttpd-dev 2>/dev/null | grep -q "install ok installed" ||
-	missing+=(libmicrohttpd-dev)
-if [ ${#missing[@]} -gt 0 ]; then
-	log "installing ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
-fi
-make -s -C "$BENCH_DIR/.." test/receiver >/dev/null
-RECEIVER_BIN=$BENCH_DIR/../test/receiver
+bench_need_receiver wrk curl jq
 
 RECEIVER_PIDS=()
 cleanup() {
