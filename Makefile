@@ -11,6 +11,7 @@ OBJS = \
 	relay/launcher.o \
 	relay/worker.o \
 	relay/pipelines.o \
+	relay/xact.o \
 	relay/lease.o \
 	relay/message.o \
 	relay/sink_file.o \

@@ -18,17 +18,12 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "mb/pg_wchar.h"
-#include "pgstat.h"
-#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
@@ -234,30 +229,16 @@ RelayTrimAttemptLog(void)
 	TimestampTz now = GetCurrentTimestamp();
 	Oid			argtypes[2] = {INT4OID, INT4OID};
 	Datum		values[2];
-	Oid			nsp;
-	Oid			rel;
 
 	if (AttemptLogRetentionSecs <= 0 ||
 		!TimestampDifferenceExceeds(last_trim, now, ATTEMPT_TRIM_EVERY_MS))
 		return;
 	last_trim = now;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: trimming the attempt log");
-
-	/* A DROP EXTENSION in progress is passed over, not waited for. */
-	nsp = get_namespace_oid("tide", true);
-	rel = OidIsValid(nsp) ? get_relname_relid("relay_attempts", nsp) : InvalidOid;
-	if (!OidIsValid(rel) || !ConditionalLockRelationOid(rel, RowExclusiveLock))
+	RelayBeginShortXact("pg_tide relay: trimming the attempt log");
+	if (!RelayTryLockTable("relay_attempts", RowExclusiveLock))
 	{
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		pgstat_report_activity(STATE_IDLE, NULL);
+		RelayEndShortXact(CurrentMemoryContext);
 		return;
 	}
 	values[0] = Int32GetDatum(AttemptLogRetentionSecs);
@@ -271,8 +252,5 @@ RelayTrimAttemptLog(void)
 	/* More than a chunk was due: the next pass goes on. */
 	if (SPI_processed == ATTEMPT_TRIM_CHUNK)
 		last_trim = 0;
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
+	RelayEndShortXact(CurrentMemoryContext);
 }

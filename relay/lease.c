@@ -28,15 +28,12 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "pgstat.h"
 #include "utils/guc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/snapmgr.h"
 
 #include "pg_tide.h"
 #include "relay.h"
@@ -45,30 +42,6 @@ static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr commit_offset_plan = NULL;
 static SPIPlanPtr durable_offset_plan = NULL;
-
-/* Starts a short transaction with a snapshot and SPI. */
-static void
-begin_short_xact(const char *activity)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-/* Ends the short transaction and returns to the caller's memory context. */
-static void
-end_short_xact(MemoryContext cxt)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(cxt);
-}
 
 /* A column's text copied into cxt, or NULL. */
 static char *
@@ -93,7 +66,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 	bool		isnull;
 	RelayMessage *out;
 
-	begin_short_xact("pg_tide relay: leasing a batch");
+	RelayBeginShortXact("pg_tide relay: leasing a batch");
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
 	values[2] = Int32GetDatum(limit);
@@ -106,7 +79,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 		elog(ERROR, "could not look for messages of pipeline \"%s\"", p->name);
 	if (SPI_processed == 0 && !TideGroupHasMessages(p->consumer_group))
 	{
-		end_short_xact(cxt);
+		RelayEndShortXact(cxt);
 		*msgs = NULL;
 		return 0;
 	}
@@ -132,7 +105,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 		out[i].headers = copy_value(tup, desc, 3, cxt);
 		out[i].created_at = copy_value(tup, desc, 4, cxt);
 	}
-	end_short_xact(cxt);
+	RelayEndShortXact(cxt);
 	*msgs = out;
 	return n;
 }
@@ -154,7 +127,7 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 	bool		isnull;
 	RelayMessage *out;
 
-	begin_short_xact("pg_tide relay: taking messages to retry");
+	RelayBeginShortXact("pg_tide relay: taking messages to retry");
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(limit);
 	if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM tide.relay_retry_queue"
@@ -188,7 +161,7 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 		out[i].outbox = copy_value(tup, desc, 6, cxt);
 		out[i].manual = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 	}
-	end_short_xact(cxt);
+	RelayEndShortXact(cxt);
 	*msgs = out;
 	return n;
 }
@@ -337,7 +310,7 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 	int			ndone = 0;
 	int			i;
 
-	begin_short_xact("pg_tide relay: recording a delivery");
+	RelayBeginShortXact("pg_tide relay: recording a delivery");
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
 	values[2] = Int64GetDatum(s->offset_id);
@@ -384,5 +357,5 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not update the retry queue of pipeline \"%s\"", p->name);
 	}
-	end_short_xact(cxt);
+	RelayEndShortXact(cxt);
 }

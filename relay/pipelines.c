@@ -8,12 +8,7 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
-#include "catalog/pg_class.h"
 #include "executor/spi.h"
-#include "storage/lmgr.h"
-#include "utils/lsyscache.h"
-#include "utils/syscache.h"
 
 #include "pg_tide.h"
 #include "relay.h"
@@ -31,15 +26,11 @@ static SPIPlanPtr pipelines_plan = NULL;
 List *
 RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 {
-	Oid			nsp = get_namespace_oid("tide", true);
-	Oid			rel = OidIsValid(nsp) ? get_relname_relid("relay_outbox_config", nsp) : InvalidOid;
 	List	   *pipelines = NIL;
 	uint64		i;
 
 	*any_enabled = false;
-	if (!OidIsValid(rel) || !ConditionalLockRelationOid(rel, AccessShareLock))
-		return NIL;
-	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(rel)))
+	if (!RelayTryLockTable("relay_outbox_config", AccessShareLock))
 		return NIL;
 	SPI_connect();
 	if (SPI_execute_plan(TidePlan(&any_enabled_plan,

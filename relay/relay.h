@@ -13,6 +13,7 @@
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lockdefs.h"
 #include "storage/pmsignal.h"
 #include "storage/spin.h"
 
@@ -223,6 +224,11 @@ RelayExitIfPostmasterDied(void)
  */
 #include "filter.h"
 extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
+
+/* xact.c */
+extern void RelayBeginShortXact(const char *activity);
+extern void RelayEndShortXact(MemoryContext cxt);
+extern bool RelayTryLockTable(const char *relname, LOCKMODE mode);
 
 /* pipelines.c */
 extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);

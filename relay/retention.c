@@ -9,13 +9,7 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "catalog/namespace.h"
 #include "executor/spi.h"
-#include "pgstat.h"
-#include "storage/lmgr.h"
-#include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
@@ -30,8 +24,6 @@ RelaySweepOutboxes(void)
 	static TimestampTz last_sweep = 0;
 	static SPIPlanPtr plan = NULL;
 	TimestampTz now = GetCurrentTimestamp();
-	Oid			nsp;
-	Oid			rel;
 	bool		isnull;
 
 	if (SweepIntervalSecs <= 0 ||
@@ -39,17 +31,8 @@ RelaySweepOutboxes(void)
 		return;
 	last_sweep = now;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: sweeping outboxes");
-
-	/* A DROP EXTENSION in progress is passed over, not waited for. */
-	nsp = get_namespace_oid("tide", true);
-	rel = OidIsValid(nsp) ? get_relname_relid("tide_outbox_messages", nsp) : InvalidOid;
-	if (OidIsValid(rel) && ConditionalLockRelationOid(rel, RowExclusiveLock))
+	RelayBeginShortXact("pg_tide relay: sweeping outboxes");
+	if (RelayTryLockTable("tide_outbox_messages", RowExclusiveLock))
 	{
 		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide.outbox_sweep() ->> 'more' = 'true'",
 									  0, NULL),
@@ -60,8 +43,5 @@ RelaySweepOutboxes(void)
 			!isnull)
 			last_sweep = 0;
 	}
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
+	RelayEndShortXact(CurrentMemoryContext);
 }
