@@ -185,3 +185,27 @@ SELECT count(*) AS fresh_offsets FROM tide.tide_consumer_offsets WHERE group_nam
 SELECT tide.outbox_drop('events');
 SELECT tide.outbox_drop('other');
 SELECT count(*) AS groups_left FROM tide.tide_consumer_groups;
+
+-- An idle group's look for new messages reads only its own outbox's index
+-- entries, however much another outbox has published since: the buffers one
+-- wait_for_messages and one empty poll touch stay a handful with 20,000 newer
+-- messages of another outbox (walking them costs hundreds).
+SELECT tide.outbox_create('quiet'), tide.outbox_create('busy', p_inline_threshold => 100000);
+SELECT tide.create_consumer_group('quiet_g', 'quiet');
+SELECT tide.outbox_publish('quiet', '{"n": 1}') > 0 AS published;
+SELECT tide.commit_offset('quiet_g', 'q1', max(id)) FROM tide.poll_outbox('quiet_g', 'q1', 10);
+SELECT tide.outbox_publish_batch('busy',
+	(SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, 20000) i)) IS NOT NULL AS published;
+ANALYZE tide.tide_outbox_messages;
+CREATE FUNCTION pg_temp.buffers_of(q text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+	plan json;
+BEGIN
+	EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO plan;
+	RETURN (plan->0->'Plan'->>'Shared Hit Blocks')::int + (plan->0->'Plan'->>'Shared Read Blocks')::int;
+END
+$$;
+SELECT tide.wait_for_messages('quiet_g', 0) AS quiet_has_something;
+SELECT pg_temp.buffers_of($$SELECT tide.wait_for_messages('quiet_g', 0)$$) < 40 AS quiet_look_is_cheap;
+SELECT pg_temp.buffers_of($$SELECT * FROM tide.poll_outbox('quiet_g', 'q1', 10)$$) < 40 AS quiet_poll_is_cheap;
+SELECT tide.outbox_drop('quiet'), tide.outbox_drop('busy');

@@ -127,6 +127,13 @@ peek_group(const char *group)
  * REPEATABLE READ: a publisher leaves the tracker only after its commit is
  * visible, so only a snapshot newer than the horizon is sure to see every
  * message at or below it.
+ *
+ * The outbox is named as a range and the order includes it so that only the
+ * (outbox_name, id) index can return the rows in order without a sort. With
+ * "outbox_name = $1 ORDER BY id" the planner often walks the primary key
+ * instead and filters: for an outbox that has nothing new while another
+ * outbox is busy, that read every message published since (170,000 index
+ * entries and 27 ms per look, measured, against 6 buffers and 0.05 ms).
  */
 static uint64
 fetch_messages(const char *outbox, int64 after, int64 upto, int limit)
@@ -141,9 +148,9 @@ fetch_messages(const char *outbox, int64 after, int64 upto, int limit)
 	if (SPI_execute_snapshot(TidePlan(&fetch_plan,
 									  "SELECT id, payload, headers, created_at"
 									  "  FROM tide.tide_outbox_messages"
-									  " WHERE outbox_name = $1 AND consumed_at IS NULL"
-									  "   AND id > $2 AND id <= $3"
-									  " ORDER BY id LIMIT $4",
+									  " WHERE outbox_name >= $1 AND outbox_name <= $1"
+									  "   AND consumed_at IS NULL AND id > $2 AND id <= $3"
+									  " ORDER BY outbox_name, id LIMIT $4",
 									  4, types),
 							 args, NULL, GetLatestSnapshot(), InvalidSnapshot,
 							 false, false, 0) != SPI_OK_SELECT)
