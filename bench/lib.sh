@@ -42,6 +42,42 @@ trap bench_cleanup EXIT
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
+# bench_need_packages <packages...>: installs Debian packages when missing.
+bench_need_packages() {
+	local p missing=()
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+# bench_record <figure> <case> <round> <value>: one measurement, appended to
+# $BENCH_RAW (bench/suite.sh sets it and writes RESULTS.md from it; a script
+# run on its own keeps it in its cluster directory), with the script's name.
+bench_record() {
+	printf '%s\t%s\t%s\t%s\t%s\n' "$BENCH_NAME" "$1" "$2" "$3" "$4" >>"${BENCH_RAW:-$TIDE_CLUSTER/raw.tsv}"
+}
+
+# bench_summary: the median and the spread of every figure and case this
+# script recorded.
+bench_summary() {
+	log "results: median [min to max] of the rounds"
+	sort -t $'\t' -k2,2 -k3,3 -k5,5g "${BENCH_RAW:-$TIDE_CLUSTER/raw.tsv}" | awk -F'\t' -v me="$BENCH_NAME" '
+		$1 != me { next }
+		{ key = $2 "\t" $3; if (!(key in n)) order[++k] = key; v[key, ++n[key]] = $5 }
+		END {
+			for (i = 1; i <= k; i++) {
+				key = order[i]; c = n[key]
+				med = c % 2 ? v[key, (c + 1) / 2] : (v[key, c / 2] + v[key, c / 2 + 1]) / 2
+				split(key, f, "\t")
+				printf "  %-22s %-14s %12.2f  [%.2f to %.2f]  %d rounds\n", f[1], f[2], med, v[key, 1], v[key, c], c
+			}
+		}'
+}
+
 # bench_need_receiver <tools...>: installs the tools and libmicrohttpd from
 # Debian's packages when missing, builds test/receiver, sets RECEIVER_BIN.
 bench_need_receiver() {

@@ -1,5 +1,5 @@
--- Baseline, 100 messages per transaction: one multi-row INSERT ... SELECT
--- from generate_series into bench.plain_messages. Payloads are built the
+-- Baseline, :n messages per transaction (pgbench -D n=...): one multi-row
+-- INSERT ... SELECT from generate_series into bench.plain_messages. Payloads are built the
 -- same way as in tide_batch.sql; the headers, one value for the whole batch
 -- as outbox_publish_batch() takes them, are computed once.
 \set order_id random(1, 100000000)
@@ -20,4 +20,4 @@ SELECT 'bench',
 						  'sku', 'SKU-' || lpad(((:order_id::bigint + g) % 100000000)::text, 8, '0'),
 						  'created_at', now()),
 	   h.headers
-  FROM h, generate_series(1, 100) AS g;
+  FROM h, generate_series(1, :n) AS g;

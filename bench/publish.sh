@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Publish throughput: tide.outbox_publish() / tide.outbox_publish_batch()
 # against a plain INSERT of the same rows into a plain table with the same
-# columns and indexes. 8 pgbench clients, at 1 and at 100 messages per
-# transaction. See bench/README.md.
+# columns and indexes, and against PgQ's pgq.insert_event() (Debian's
+# postgresql-15-pgq3), at 1, 10 and 100 messages per transaction and 1, 8
+# and 32 pgbench clients; with the WAL and table bytes each message costs.
+# See bench/README.md.
 #
 # Run as root. pg_tide must already be built and installed (run
-# test/demo.sh or test/run-tests.sh first); this script builds nothing.
-# It starts its own throwaway cluster in /tmp/pg_tide_bench on port 5498
-# and stops it at the end (KEEP_CLUSTER=1 leaves it running).
+# test/demo.sh or test/run-tests.sh first); this script builds nothing and
+# installs PgQ from Debian when it is missing. It starts its own throwaway
+# cluster in /tmp/pg_tide_bench on port 5498 and stops it at the end
+# (KEEP_CLUSTER=1 leaves it running).
 #
 # Settings from the environment:
-#   DURATION  seconds per pgbench run (default 20)
-#   REPEATS   pairs of runs per case (default 3)
-#   CLIENTS   pgbench clients (default 8)
-#   JOBS      pgbench threads (default 2)
-# With the defaults it runs for about 4.5 minutes.
+#   DURATION  seconds per pgbench run (default 5)
+#   REPEATS   rounds (default 3); in a round every side runs every case
+#             once, back to back, so each ratio is taken within a round
+#   SIZES     messages per transaction (default "1 10 100")
+#   CLIENT_COUNTS  pgbench clients (default "1 8 32"); threads: at most 2
+#   SIDES     what runs (default "plain tide pgq")
+# With the defaults it runs for about 8 minutes.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,10 +29,13 @@ BENCH_NAME=publish.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-DURATION=${DURATION:-20}
+DURATION=${DURATION:-5}
 REPEATS=${REPEATS:-3}
-CLIENTS=${CLIENTS:-8}
-JOBS=${JOBS:-2}
+SIZES=${SIZES:-1 10 100}
+CLIENT_COUNTS=${CLIENT_COUNTS:-1 8 32}
+SIDES=${SIDES:-plain tide pgq}
+
+bench_need_packages postgresql-15-pgq3
 
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
@@ -67,118 +75,103 @@ ALTER SEQUENCE bench.plain_messages_id_seq OWNED BY bench.plain_messages.id;
 CREATE INDEX plain_messages_pending
 	ON bench.plain_messages (outbox_name, id)
 	WHERE consumed_at IS NULL;
+
+-- PgQ: one queue; events go to its rotating event tables.
+CREATE EXTENSION pgq;
+SELECT pgq.create_queue('bench');
 SQL
 
-# One transaction of each script, to check that they run and that both
-# sides write the same rows: same payload and headers sizes.
-for script in plain_single tide_single plain_batch tide_batch; do
-	"$PGBENCH" -n -M prepared -c 1 -t 1 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
+# One transaction of each script, to check that they run and that every
+# side writes the same payloads and headers.
+for script in plain_single tide_single pgq_single plain_batch tide_batch pgq_batch; do
+	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
 done
 psql_db <<'SQL'
 \pset footer off
+SELECT queue_data_pfx AS pgq_table FROM pgq.queue WHERE queue_name = 'bench' \gset
 SELECT 'pg_tide' AS side, count(*) AS messages,
 	   round(avg(octet_length(payload::text))) AS payload_bytes,
-	   round(avg(octet_length(headers::text))) AS headers_bytes,
-	   round(avg(pg_column_size(m.*))) AS row_bytes
+	   round(avg(octet_length(headers::text))) AS headers_bytes
   FROM tide.tide_outbox_messages m
 UNION ALL
-SELECT 'plain', count(*), round(avg(octet_length(payload::text))),
-	   round(avg(octet_length(headers::text))), round(avg(pg_column_size(m.*)))
-  FROM bench.plain_messages m;
+SELECT 'plain', count(*), round(avg(octet_length(payload::text))), round(avg(octet_length(headers::text)))
+  FROM bench.plain_messages m
+UNION ALL
+SELECT 'pgq', count(*), round(avg(octet_length(ev_data))), round(avg(octet_length(ev_extra1)))
+  FROM :pgq_table;
 SQL
 
-# Empties both tables (and restarts their sequences), then checkpoints, so
-# that every run starts from the same state.
+# The rows a side has written, and the bytes of its tables (with indexes
+# and TOAST).
+side_rows() {
+	case $1 in
+	tide) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
+	plain) psql_db -A -t -c "SELECT count(*) FROM bench.plain_messages" ;;
+	pgq) psql_db -A -t -c "SELECT count(*) FROM $(pgq_table)" ;;
+	esac
+}
+side_bytes() {
+	case $1 in
+	tide) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')" ;;
+	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
+	pgq) psql_db -A -t -c "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
+		WHERE inhparent = '$(pgq_table)'::regclass" ;;
+	esac
+}
+# The parent of the PgQ queue's event tables.
+pgq_table() { psql_db -A -t -c "SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = 'bench'"; }
+
+# Empties every side's table (and restarts the sequences; PgQ's queue is
+# made anew), then checkpoints, so that every run starts from the same state.
 reset_tables() {
 	psql_db -c "TRUNCATE tide.tide_outbox_messages, bench.plain_messages RESTART IDENTITY" \
-		-c "CHECKPOINT"
+		-c "SELECT pgq.drop_queue('bench')" -c "SELECT pgq.create_queue('bench')" \
+		-c "CHECKPOINT" >/dev/null
 }
 
-# CPU seconds used so far by this cluster (live processes, and the backends
-# the postmaster has reaped), by this shell's children (pgbench, psql) and by
-# the whole machine. Their differences over a run give the CPU that other
-# processes took: the machine has only a few cores, so a run that shared
-# them with something else shows here.
-# Prints them; run it in this shell, not in $(...), or times sees nothing.
-cpu_seconds() {
-	local pm hz
-	pm=$(head -n 1 "$TIDE_CLUSTER/data/postmaster.pid")
-	hz=$(getconf CLK_TCK)
-	times >"$TIDE_CLUSTER/times.out"
-	awk -v hz="$hz" '$1 == "cpu" { print ($2 + $3 + $4 + $7 + $8) / hz }' /proc/stat
-	{ cat "/proc/$pm/stat"; for c in $(ps -o pid= --ppid "$pm"); do
-		cat "/proc/$c/stat" 2>/dev/null || true; done; } |
-		awk -v hz="$hz" '{ sub(/^.*\) /, ""); t += $12 + $13
-			if (++n == 1) t += $14 + $15 } END { print t / hz }'
-	awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/)
-		print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$TIDE_CLUSTER/times.out"
-}
-
-# run <case> <side> <messages per transaction> <pair>
+# run <side> <messages per transaction> <clients> <round>
 run() {
-	local case=$1 side=$2 per_xact=$3 pair=$4 out tps lat xacts rows table others
-	out=$TIDE_CLUSTER/pgbench_${case}_${side}_${pair}.log
+	local side=$1 per_xact=$2 clients=$3 round=$4 out tps xacts rows script wal0 wal1 bytes
+	out=$TIDE_CLUSTER/pgbench_${side}_${per_xact}_${clients}_${round}.log
+	if [ "$per_xact" -eq 1 ]; then script=${side}_single; else script=${side}_batch; fi
 	reset_tables
-	cpu_seconds >"$TIDE_CLUSTER/cpu.before"
-	"$PGBENCH" -n -M prepared -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
-		-f "$BENCH_DIR/${side}_${case}.sql" "$DB" >"$out" 2>&1 ||
+	wal0=$(psql_db -A -t -c "SELECT pg_current_wal_insert_lsn()")
+	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -T "$DURATION" \
+		-D n="$per_xact" -f "$BENCH_DIR/$script.sql" "$DB" >"$out" 2>&1 ||
 		{ cat "$out"; tide_show_server_log; exit 1; }
-	# Cores used by other processes on average over the run.
-	cpu_seconds >"$TIDE_CLUSTER/cpu.after"
-	others=$(paste "$TIDE_CLUSTER/cpu.before" "$TIDE_CLUSTER/cpu.after" |
-		awk -v d="$DURATION" '{ t += ($2 - $1) * (NR == 1 ? 1 : -1) } END { print t / d }')
+	wal1=$(psql_db -A -t -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal0')")
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")
-	lat=$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' "$out")
 	xacts=$(sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p' "$out")
-	if [ "$side" = tide ]; then table=tide.tide_outbox_messages; else table=bench.plain_messages; fi
-	rows=$(psql_db -A -t -c "SELECT count(*) FROM $table")
+	rows=$(side_rows "$side")
 	# Every committed transaction wrote its messages, no more, no less.
 	if [ "$rows" -ne $((xacts * per_xact)) ]; then
-		echo "publish.sh: $case/$side: $xacts transactions but $rows rows" >&2
+		echo "publish.sh: $side, $per_xact per transaction: $xacts transactions but $rows rows" >&2
 		exit 1
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$per_xact" "$pair" "$side" "$tps" "$lat" "$others" >>"$RESULTS"
-	printf '  %-6s pair %s  %-5s  %10.1f tps  %10.0f msg/s  %7.2f ms  others %.2f cores\n' \
-		"$case" "$pair" "$side" "$tps" "$(awk "BEGIN { print $tps * $per_xact }")" "$lat" "$others"
+	bytes=$(side_bytes "$side")
+	bench_record "publish_${per_xact}x${clients}" "$side" "$round" "$(awk "BEGIN { print $tps * $per_xact }")"
+	bench_record "wal_bytes_${per_xact}x${clients}" "$side" "$round" "$(awk "BEGIN { print $wal1 / $rows }")"
+	bench_record "table_bytes_${per_xact}x${clients}" "$side" "$round" "$(awk "BEGIN { print $bytes / $rows }")"
+	printf '  round %s  %-5s %3d/xact %2d clients  %10.0f msg/s  WAL %5.0f B/msg  table %5.0f B/msg\n' \
+		"$round" "$side" "$per_xact" "$clients" "$(awk "BEGIN { print $tps * $per_xact }")" \
+		"$(awk "BEGIN { print $wal1 / $rows }")" "$(awk "BEGIN { print $bytes / $rows }")"
 }
 
-: >"$RESULTS"
 psql_db -A -t -c "SELECT version()" \
-	-c "SELECT 'pg_tide ' || extversion FROM pg_extension WHERE extname = 'pg_tide'"
-log "pgbench: $CLIENTS clients, $JOBS threads, ${DURATION}s per run, $REPEATS pairs per case"
-for pair in $(seq 1 "$REPEATS"); do
-	for c in single:1 batch:100; do
-		# Alternate which side goes first, so that drift over the run
-		# (table files growing, other load) does not favour one side.
-		if [ $((pair % 2)) -eq 1 ]; then sides="plain tide"; else sides="tide plain"; fi
-		for side in $sides; do
-			run "${c%%:*}" "$side" "${c##*:}" "$pair"
+	-c "SELECT 'pg_tide ' || extversion FROM pg_extension WHERE extname = 'pg_tide'" \
+	-c "SELECT 'pgq ' || extversion FROM pg_extension WHERE extname = 'pgq'"
+log "pgbench: ${DURATION}s per run, $REPEATS rounds; sides $SIDES; $SIZES messages per transaction; $CLIENT_COUNTS clients"
+for round in $(seq 1 "$REPEATS"); do
+	for per_xact in $SIZES; do
+		for clients in $CLIENT_COUNTS; do
+			# The order of the sides rotates from round to round, so that
+			# drift over the run favours none of them.
+			set -- $SIDES
+			for _ in $(seq 2 "$round"); do set -- "${@:2}" "$1"; done
+			for side in "$@"; do
+				run "$side" "$per_xact" "$clients" "$round"
+			done
 		done
 	done
 done
-
-log "results (TPS = transactions/s; msg/s = TPS x messages per transaction)"
-awk -F'\t' -v pairs="$REPEATS" '
-	{ tps[$1, $3, $4] = $5; oth[$1, $3, $4] = $7; per[$1] = $2 }
-	END {
-		printf "%-7s %5s  %11s %11s  %11s %11s  %6s  %s\n", "case", "pair",
-			"plain TPS", "tide TPS", "plain msg/s", "tide msg/s", "ratio", "others"
-		split("single batch", cases, " ")
-		for (i = 1; i <= 2; i++) {
-			c = cases[i]; m = per[c]; sp = 0; st = 0; lo = 1e9; hi = 0
-			for (p = 1; p <= pairs; p++) {
-				a = tps[c, p, "plain"]; b = tps[c, p, "tide"]; r = b / a
-				o = oth[c, p, "plain"] > oth[c, p, "tide"] ? oth[c, p, "plain"] : oth[c, p, "tide"]
-				printf "%-7s %5d  %11.1f %11.1f  %11.0f %11.0f  %6.3f  %.2f%s\n", c, p, a, b,
-					a * m, b * m, r, o, (o > 0.25 ? " disturbed" : "")
-				sp += a; st += b
-				if (r < lo) lo = r
-				if (r > hi) hi = r
-			}
-			printf "%-7s %5s  %11.1f %11.1f  %11.0f %11.0f  %6.3f  (pairs %.3f to %.3f)\n",
-				c, "mean", sp / pairs, st / pairs, sp / pairs * m, st / pairs * m, st / sp, lo, hi
-		}
-	}' "$RESULTS"
-echo "ratio = pg_tide rate / plain INSERT rate (target >= 0.85); mean ratio = mean tide / mean plain"
-echo "others = cores used by other processes during the pair's busier run (0.05-0.15 is this"
-echo "benchmark's own unattributed kernel work); 'disturbed' above 0.25"
+bench_summary

@@ -27,12 +27,17 @@
 #   REPEATS    rounds (default 3); each figure is the median of the rounds
 #   N_SINGLE   messages per mode-single run (default 50000)
 #   N_BATCH    messages per mode-batch run (default 300000)
-#   RATE       messages/s of the latency run (default 200)
+#   RATES      messages/s of the latency runs (default "200 2000")
+#   OPEN_TX_SECONDS  how long a publishing transaction stays open during
+#              the last latency run, at the first of RATES (default 60;
+#              0 skips that run)
+#   CATCHUP_SIZES  backlogs the batch pipeline catches up with (default
+#              "100000 1000000")
 #   SINGLE_BATCH_SIZE, MAX_IN_FLIGHT  mode single's batch_size (default 1000)
 #              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
 #              connections, and also 32
 #   BATCH_SIZE mode batch's batch_size (default 1000)
-# With the defaults it runs for about 3.5 minutes.
+# With the defaults it runs for about 8 minutes.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -60,7 +65,9 @@ DURATION=${DURATION:-10}
 REPEATS=${REPEATS:-3}
 N_SINGLE=${N_SINGLE:-50000}
 N_BATCH=${N_BATCH:-300000}
-RATE=${RATE:-200}
+RATES=${RATES:-200 2000}
+OPEN_TX_SECONDS=${OPEN_TX_SECONDS:-60}
+CATCHUP_SIZES=${CATCHUP_SIZES:-100000 1000000}
 SINGLE_BATCH_SIZE=${SINGLE_BATCH_SIZE:-1000}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
@@ -195,6 +202,11 @@ drop_pipeline() {
 		-c "SELECT tide.outbox_drop('$1', p_if_exists => true)" >/dev/null
 }
 
+# Private (anonymous) memory of a process in kB: what a leak would grow.
+proc_rss_kb() {
+	awk '$1 == "RssAnon:" { print $2 }' "/proc/$1/status"
+}
+
 # CPU seconds so far of a process (utime + stime).
 proc_cpu() {
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
@@ -214,7 +226,7 @@ machine_cpu() {
 # "case round n seconds msg/s worker_cores receiver_cores machine_cores".
 throughput() {
 	local case=$1 mode=$2 n=$3 config=$4 round=$5 name last per_req start end secs wpid
-	local w0 r0 m0 w1 r1 m1 t0 t1 deadline q0 q1
+	local w0 r0 m0 w1 r1 m1 t0 t1 deadline q0 q1 rss_sampler
 	name=${case}_$round
 	drop_pipeline "$name"
 	prepare_pipeline "$name" "$config" "$n" >/dev/null
@@ -223,6 +235,9 @@ throughput() {
 	control "$PORT" '{"reset": true}'
 	[ "$case" = single_signed ] && control "$PORT" "{\"secrets\": [\"$SECRET\"]}"
 	wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+	# The worker's private memory, sampled every 0.1 s during the run.
+	(while proc_rss_kb "$wpid"; do sleep 0.1; done) >"$TIDE_CLUSTER/rss_$name.txt" 2>/dev/null &
+	rss_sampler=$!
 	read -r w0 q0 < <(proc_sched "$wpid"); r0=$(proc_cpu "$RECEIVER_PID"); m0=$(machine_cpu); t0=$(date +%s.%N)
 	# One transaction enables the pipeline and wakes the worker; its
 	# clock_timestamp() is taken just before the commit.
@@ -250,6 +265,8 @@ SQL
 		sleep 0.05
 	done
 	read -r w1 q1 < <(proc_sched "$wpid"); r1=$(proc_cpu "$RECEIVER_PID"); m1=$(machine_cpu); t1=$(date +%s.%N)
+	kill "$rss_sampler" 2>/dev/null || true
+	wait "$rss_sampler" 2>/dev/null || true
 	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
 	local st
 	st=$(stats "$PORT")
@@ -266,6 +283,8 @@ SQL
 		"$(awk "BEGIN { print $n / $secs }")" \
 		"$(awk "BEGIN { d = $t1 - $t0; print ($w1 - $w0) / d, ($r1 - $r0) / d, ($m1 - $m0) / d }" | tr ' ' '\t')" \
 		"$(echo "$st" | jq .requests)	$(awk "BEGIN { print ($q1 - $q0) / ($t1 - $t0) }")" >>"$RESULTS"
+	bench_record relay "$case" "$round" "$(awk "BEGIN { print $n / $secs }")"
+	bench_record worker_memory_kb "under load, $case" "$round" "$(sort -n "$TIDE_CLUSTER/rss_$name.txt" | tail -n 1)"
 	printf '  %-14s round %s  %7d messages in %6.3f s  %8.0f msg/s  (%s requests)\n' "$case" "$round" "$n" "$secs" \
 		"$(awk "BEGIN { print $n / $secs }")" "$(echo "$st" | jq .requests)"
 	[ "$case" = single_signed ] && control "$PORT" '{"secrets": null}'
@@ -290,17 +309,23 @@ wrk_run() {
 	printf 'wrk_c%s\t%s\t\t\t%s\t\t%s\t%s\t%s\n' "$c" "$round" "$rps" \
 		"$(awk "BEGIN { d = $t1 - $t0; print ($r1 - $r0) / d }")" \
 		"$(awk "BEGIN { d = $t1 - $t0; print ($m1 - $m0) / d }")" "$(stats "$PORT" | jq .requests)" >>"$RESULTS"
+	bench_record receiver_wrk "c$c" "$round" "$rps"
 	printf '  %-14s round %s  %8.0f requests/s\n' "wrk -c$c" "$round" "$rps"
 }
 
-# latency <round>: pgbench publishes at RATE/s for DURATION s from one
-# client into outbox lat_<round>, whose pipeline (mode single, the settings
-# above) delivers to the logging receiver. Appends "latency round messages
-# missing p50 p95 p99 max p50_from_start(ms) delivered_twice transactions
-# mispaired".
+# latency <round> <rate> [<open seconds>]: pgbench publishes at <rate>/s
+# from one client into outbox lat_<rate>_<round>, whose pipeline (mode
+# single, the settings above) delivers to the logging receiver, for DURATION
+# s; with <open seconds>, another session publishes one message at the start
+# and keeps its transaction open that long (the run then lasts 10 s more).
+# Appends "latency_<rate> (or latency_open_tx) round messages missing p50
+# p95 p99 max p50_from_start(ms) delivered_twice transactions mispaired".
 latency() {
-	local round=$1 name xacts got pglog
-	name=lat_$round
+	local round=$1 rate=$2 open=${3:-0} name xacts got pglog figure=latency_$2 secs=$DURATION opener=""
+	name=lat_${rate}_$round
+	if [ "$open" -gt 0 ]; then
+		figure=latency_open_tx; name=latopen_$round; secs=$((open + 10))
+	fi
 	drop_pipeline "$name"
 	psql_db -c "SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000)" \
 		-c "SELECT tide.relay_set_outbox('$name', '$name', '$name', '$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$LOG_PORT")')" \
@@ -312,14 +337,20 @@ latency() {
 	sleep 1
 	: >"$TIDE_CLUSTER/receiver.jsonl"
 	sed "s/'bench'/'$name'/" "$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/latency.sql"
-	rm -f "$TIDE_CLUSTER"/pgbench_latency_"$round".*
-	(cd "$TIDE_CLUSTER" && "$PGBENCH" -n -M prepared -c 1 -j 1 -R "$RATE" -T "$DURATION" \
-		-l --log-prefix="pgbench_latency_$round" -f "$TIDE_CLUSTER/latency.sql" "$DB" \
-		>"$TIDE_CLUSTER/pgbench_latency_$round.out" 2>&1) ||
-		{ cat "$TIDE_CLUSTER/pgbench_latency_$round.out"; exit 1; }
+	rm -f "$TIDE_CLUSTER"/pgbench_"$name".*
+	if [ "$open" -gt 0 ]; then
+		psql_db -c "BEGIN" -c "SELECT tide.outbox_publish('$name', '{\"open\": true}')" \
+			-c "SELECT pg_sleep($open)" -c "COMMIT" >/dev/null &
+		opener=$!
+	fi
+	(cd "$TIDE_CLUSTER" && "$PGBENCH" -n -M prepared -c 1 -j 1 -R "$rate" -T "$secs" \
+		-l --log-prefix="pgbench_$name" -f "$TIDE_CLUSTER/latency.sql" "$DB" \
+		>"$TIDE_CLUSTER/pgbench_$name.out" 2>&1) ||
+		{ cat "$TIDE_CLUSTER/pgbench_$name.out"; exit 1; }
+	[ -n "$opener" ] && wait "$opener"
 	xacts=$(sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p' \
-		"$TIDE_CLUSTER/pgbench_latency_$round.out")
-	pglog=$(ls "$TIDE_CLUSTER"/pgbench_latency_"$round".[0-9]*)
+		"$TIDE_CLUSTER/pgbench_$name.out")
+	pglog=$(ls "$TIDE_CLUSTER"/pgbench_"$name".[0-9]*)
 	# Waits (at most 10 s) for the last deliveries.
 	for _ in $(seq 1 200); do
 		got=$(wc -l <"$TIDE_CLUSTER/receiver.jsonl")
@@ -327,8 +358,8 @@ latency() {
 		sleep 0.05
 	done
 	sleep 0.5
-	cp "$TIDE_CLUSTER/receiver.jsonl" "$TIDE_CLUSTER/receiver_latency_$round.jsonl"
-	chmod a+r "$TIDE_CLUSTER/receiver_latency_$round.jsonl" "$pglog"
+	cp "$TIDE_CLUSTER/receiver.jsonl" "$TIDE_CLUSTER/receiver_$name.jsonl"
+	chmod a+r "$TIDE_CLUSTER/receiver_$name.jsonl" "$pglog"
 	# One client, so the k-th transaction of pgbench's log published the
 	# k-th message by id. pgbench logs each transaction's end (after the
 	# commit returned) as time_epoch, time_us; the receiver each request's
@@ -337,7 +368,7 @@ latency() {
 	psql_db -A -t -F $'\t' <<SQL >>"$RESULTS"
 CREATE TEMP TABLE rcv (line text);
 CREATE TEMP TABLE pgb (line text);
-COPY rcv FROM '$TIDE_CLUSTER/receiver_latency_$round.jsonl' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
+COPY rcv FROM '$TIDE_CLUSTER/receiver_$name.jsonl' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
 COPY pgb FROM '$pglog' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
 CREATE TEMP VIEW got AS
 	SELECT (b->>'message_id')::bigint AS id, t, (b->>'created_at')::timestamptz AS created_at
@@ -355,7 +386,7 @@ CREATE TEMP VIEW lat AS
 		   c.done < extract(epoch FROM g.created_at) AS mismatched
 	  FROM published p JOIN committed c USING (k)
 	  JOIN (SELECT id, min(t) AS t, min(created_at) AS created_at FROM got GROUP BY id) g USING (id);
-SELECT 'latency', $round, (SELECT count(*) FROM published),
+SELECT '$figure', $round, (SELECT count(*) FROM published),
 	   (SELECT count(*) FROM published p WHERE NOT EXISTS (SELECT FROM got g WHERE g.id = p.id)),
 	   round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 3),
 	   round(percentile_cont(0.95) WITHIN GROUP (ORDER BY ms)::numeric, 3),
@@ -367,7 +398,11 @@ SELECT 'latency', $round, (SELECT count(*) FROM published),
 	   count(*) FILTER (WHERE mismatched)
   FROM lat;
 SQL
-	tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "  latency        round %s  %d messages, %d missing, %d twice: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f ms (p50 from transaction start %.2f ms)\n", $2, $3, $4, $10, $5, $6, $7, $8, $9 }'
+	tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "  %-15s round %s  %d messages, %d missing, %d twice: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f ms (p50 from transaction start %.2f ms)\n", $1, $2, $3, $4, $10, $5, $6, $7, $8, $9 }'
+	local f
+	for f in 5:p50 6:p95 7:p99 8:max; do
+		bench_record "$figure" "${f#*:}" "$round" "$(tail -n 1 "$RESULTS" | cut -f "${f%%:*}")"
+	done
 	# Every message arrived; one message per pgbench transaction; and no
 	# transaction ended before its message was created (which would mean
 	# that messages and transactions were paired wrongly).
@@ -405,21 +440,32 @@ printf 'a request: %s bytes of body, headers %s\n' "$(jq -r '.body | length' "$T
 SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
 SIGNED_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" signed)
 BATCH_CFG=$(pipeline_config batch "$BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
-log "$REPEATS rounds: wrk -t2 -c$MAX_IN_FLIGHT and -c32 for ${DURATION}s; single $N_SINGLE, signed $N_SINGLE, batch $N_BATCH messages; latency at $RATE/s for ${DURATION}s"
+log "$REPEATS rounds: wrk -t2 -c$MAX_IN_FLIGHT and -c32 for ${DURATION}s; single $N_SINGLE, signed $N_SINGLE, batch $N_BATCH messages; catch-up from $CATCHUP_SIZES; latency at $RATES/s for ${DURATION}s; a transaction open ${OPEN_TX_SECONDS}s"
 echo "single: $SINGLE_CFG"
 echo "batch:  $BATCH_CFG"
+# The worker at rest: it has started, read its pipelines and delivered the
+# sample, and waits.
+wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
 for round in $(seq 1 "$REPEATS"); do
+	bench_record worker_memory_kb "at rest" "$round" "$(proc_rss_kb "$wpid")"
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
 	throughput single_signed single "$N_SINGLE" "$SIGNED_CFG" "$round"
 	throughput batch batch "$N_BATCH" "$BATCH_CFG" "$round"
+	for n in $CATCHUP_SIZES; do
+		throughput "catchup_$n" batch "$n" "$BATCH_CFG" "$round"
+	done
 	wrk_run 32 "$round"
-	latency "$round"
+	for rate in $RATES; do
+		latency "$round" "$rate"
+	done
+	[ "$OPEN_TX_SECONDS" -gt 0 ] && latency "$round" "${RATES%% *}" "$OPEN_TX_SECONDS"
 done
 cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
+bench_summary
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
-awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" '
+awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '
 	function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t } }
 	function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
 	function line(label, unit, fmt, vals, n,   m, lo, hi) {
@@ -429,7 +475,7 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 	$1 ~ /^wrk_/ { rate[$1, $2] = $5; rcpu[$1, $2] = $7 }
 	$1 == "single" || $1 == "single_signed" || $1 == "batch" {
 		rate[$1, $2] = $5; wcpu[$1, $2] = $6; rcpu[$1, $2] = $7; mcpu[$1, $2] = $8; wq[$1, $2] = $10 }
-	$1 == "latency" { for (i = 3; i <= 9; i++) lat[i, $2] = $i }
+	$1 == "latency_" lrate { for (i = 3; i <= 9; i++) lat[i, $2] = $i }
 	END {
 		n = rounds
 		for (r = 1; r <= n; r++) a[r] = rate[wc, r];            line("receiver, wrk -c" mif, "req/s", "%9.0f", a, n)
@@ -439,7 +485,7 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r]; line("relay single, signed", "msg/s", "%9.0f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r] / rate[wc, r]; line("  / wrk -c" mif, "", "%9.3f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["batch", r];        line("relay batch (target >= 50000)", "msg/s", "%9.0f", a, n)
-		for (r = 1; r <= n; r++) a[r] = lat[5, r];  line("latency p50 (target <= 2)", "ms", "%9.2f", a, n)
+		for (r = 1; r <= n; r++) a[r] = lat[5, r];  line("latency p50 at " lrate "/s (target <= 2)", "ms", "%9.2f", a, n)
 		for (r = 1; r <= n; r++) a[r] = lat[6, r];  line("latency p95", "ms", "%9.2f", a, n)
 		for (r = 1; r <= n; r++) a[r] = lat[7, r];  line("latency p99 (target <= 10)", "ms", "%9.2f", a, n)
 		for (r = 1; r <= n; r++) a[r] = lat[8, r];  line("latency max", "ms", "%9.2f", a, n)

@@ -1,6 +1,6 @@
--- pg_tide, 100 messages per transaction: tide.outbox_publish_batch() with a
--- 100-element jsonb[] built like the rows of plain_batch.sql, and one
--- headers value for the batch.
+-- pg_tide, :n messages per transaction (pgbench -D n=...):
+-- tide.outbox_publish_batch() with an :n-element jsonb[] built like the rows
+-- of plain_batch.sql, and one headers value for the batch.
 \set order_id random(1, 100000000)
 \set customer_id random(1, 1000000)
 \set amount random(100, 100000)
@@ -13,7 +13,7 @@ SELECT tide.outbox_publish_batch('bench',
 									   'items', 3,
 									   'sku', 'SKU-' || lpad(((:order_id::bigint + g) % 100000000)::text, 8, '0'),
 									   'created_at', now())
-			   FROM generate_series(1, 100) AS g
+			   FROM generate_series(1, :n) AS g
 			  ORDER BY g),
 	   jsonb_build_object('trace_id', md5(:order_id::text),
 						  'source', 'checkout-service',
