@@ -3,8 +3,11 @@
 # test webhook receiver (test/receiver.c), in mode single (one message per
 # request, with and without a signing secret) and in mode batch (a JSON array
 # of batch_size messages per request), beside what the receiver itself takes
-# from wrk with requests of the same size and headers; and the end-to-end
-# latency from publishing to receipt at a steady rate. See bench/README.md.
+# from wrk with requests of the same size and headers, and what a client of
+# libcurl alone achieves (curl_client.c); the catch-up rate with a large
+# backlog; the worker's memory; and the end-to-end latency from publishing to
+# receipt at steady rates, also while a publishing transaction stays open.
+# See bench/README.md.
 #
 # Throughput: N messages are published while the pipeline is disabled, then
 # one transaction enables it (and wakes the worker); the rate is N divided by
@@ -313,6 +316,21 @@ wrk_run() {
 	printf '  %-14s round %s  %8.0f requests/s\n' "wrk -c$c" "$round" "$rps"
 }
 
+# curl_run <round>: what libcurl alone does with the same requests and
+# MAX_IN_FLIGHT in flight (curl_client.c): the ceiling of any client built
+# on it, the relay's webhook sink included.
+curl_run() {
+	local round=$1 out rps
+	out=$TIDE_CLUSTER/curl_client_$round.log
+	control "$PORT" '{"reset": true}'
+	"$TIDE_CLUSTER/curl_client" "http://127.0.0.1:$PORT/hook" "$N_SINGLE" "$MAX_IN_FLIGHT" \
+		"$TIDE_CLUSTER/sample_body.json" "$TIDE_CLUSTER/sample_headers.txt" >"$out" 2>&1 ||
+		{ cat "$out"; echo "relay.sh: curl_client failed" >&2; exit 1; }
+	rps=$(sed -n 's/.* \([0-9]*\) requests\/s.*/\1/p' "$out")
+	bench_record libcurl_alone "c$MAX_IN_FLIGHT" "$round" "$rps"
+	printf '  %-14s round %s  %8.0f requests/s\n' "libcurl alone" "$round" "$rps"
+}
+
 # latency <round> <rate> [<open seconds>]: pgbench publishes at <rate>/s
 # from one client into outbox lat_<rate>_<round>, whose pipeline (mode
 # single, the settings above) delivers to the logging receiver, for DURATION
@@ -433,6 +451,10 @@ jq -r '"wrk.method = \"POST\"",
 	(.headers | to_entries[] | select(.key != "host" and .key != "content-length")
 		| "wrk.headers[\(.key | tojson)] = \(.value | tojson)")' \
 	"$TIDE_CLUSTER/sample.json" >"$TIDE_CLUSTER/wrk.lua"
+jq -j '.body' "$TIDE_CLUSTER/sample.json" >"$TIDE_CLUSTER/sample_body.json"
+jq -r '.headers | to_entries[] | select(.key != "host" and .key != "content-length")
+	| "\(.key): \(.value)"' "$TIDE_CLUSTER/sample.json" >"$TIDE_CLUSTER/sample_headers.txt"
+gcc -O2 -o "$TIDE_CLUSTER/curl_client" "$BENCH_DIR/curl_client.c" -lcurl
 printf 'a request: %s bytes of body, headers %s\n' "$(jq -r '.body | length' "$TIDE_CLUSTER/sample.json")" \
 	"$(jq -r '.headers | keys | join(", ")' "$TIDE_CLUSTER/sample.json")"
 
@@ -449,6 +471,7 @@ wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '
 for round in $(seq 1 "$REPEATS"); do
 	bench_record worker_memory_kb "at rest" "$round" "$(proc_rss_kb "$wpid")"
 	wrk_run "$MAX_IN_FLIGHT" "$round"
+	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
 	throughput single_signed single "$N_SINGLE" "$SIGNED_CFG" "$round"
 	throughput batch batch "$N_BATCH" "$BATCH_CFG" "$round"

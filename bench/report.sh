@@ -139,6 +139,8 @@ publish_rows() {
 		"$(ratio consume.sh consume_x4 tide consume_x4 skip_locked)"
 	target_row "relay mode single / receiver's wrk rate (16 connections)" ">=" 0.6 "%.3f" \
 		"$(ratio relay.sh relay single receiver_wrk c16)"
+	target_row "relay mode single / libcurl alone (16 in flight, no database work)" ">=" 0.6 "%.3f" \
+		"$(ratio relay.sh relay single libcurl_alone c16)"
 	target_row "relay mode batch, msg/s" ">=" 50000 "%.0f" "$(stat relay.sh relay batch)"
 	target_row "latency p50 at 200 msg/s, ms" "<=" 2 "%.2f" "$(stat relay.sh latency_200 p50)"
 	target_row "latency p99 at 200 msg/s, ms" "<=" 10 "%.2f" "$(stat relay.sh latency_200 p99)"
@@ -223,7 +225,7 @@ publish_rows() {
 	echo "|---|---:|---:|"
 	: >"$PLOTS/relay.dat"
 	for row in "receiver_wrk c16 receiver, wrk 16 connections" "receiver_wrk c32 receiver, wrk 32 connections" \
-		"relay single mode single" "relay single_signed mode single, signed" "relay batch mode batch (1000 per request)"; do
+		"libcurl_alone c16 libcurl alone, 16 in flight, no database" "relay single mode single" "relay single_signed mode single, signed" "relay batch mode batch (1000 per request)"; do
 		set -- $row
 		fig=$1 case=$2
 		shift 2
