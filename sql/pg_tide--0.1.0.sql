@@ -1096,7 +1096,7 @@ $$;
 CREATE FUNCTION tide._check_payload(p_payload jsonb, p_index int)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tide_check_payload'
-LANGUAGE C VOLATILE;
+LANGUAGE C STABLE;
 
 -- Refuses a lease or claim duration outside 1 second to a day.
 CREATE FUNCTION tide._check_visibility(p_seconds int)
