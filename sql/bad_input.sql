@@ -79,6 +79,8 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.outbox_create('commandes_été')$c$),
 	('22023', $c$SELECT tide.outbox_create('bi/../x')$c$),
 	('22004', $c$SELECT tide.outbox_create_if_not_exists(NULL)$c$),
+	('22004', $c$SELECT tide.outbox_create_if_not_exists('bi_new', NULL)$c$),
+	('22004', $c$SELECT tide.outbox_create_if_not_exists('bi_new', 24, NULL)$c$),
 	('22004', $c$SELECT tide.outbox_drop(NULL)$c$),
 	('22004', $c$SELECT tide.outbox_enable(NULL)$c$),
 	('22004', $c$SELECT tide.outbox_disable(NULL)$c$),
@@ -202,6 +204,7 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.inbox_receive_batch('bi_inbox', '{}')$c$),
 	('22023', $c$SELECT tide.inbox_receive_batch('bi_inbox', '[1]')$c$),
 	('22023', $c$SELECT tide.inbox_receive_batch('bi_inbox', '[{"event_id": 7, "payload": {}}]')$c$),
+	('22023', $c$SELECT tide.inbox_receive_batch('bi_inbox', '[{"event_id": "e-3\r\nX: 1", "payload": {}}]')$c$),
 	('22004', $c$SELECT tide.inbox_receive_batch('bi_inbox', '[{"event_id": "e-3"}]')$c$),
 	('54000', $c$SELECT tide.inbox_receive_batch('bi_inbox', jsonb_build_array(jsonb_build_object('event_id', 'e-3', 'payload', jsonb_build_object('blob', repeat('x', 100000)))))$c$),
 	('54000', $c$SELECT tide.inbox_receive_batch('bi_inbox', (SELECT jsonb_agg(jsonb_build_object('event_id', 'e' || i, 'payload', '{}'::jsonb)) FROM generate_series(1, 10001) i))$c$),
@@ -328,7 +331,7 @@ RESET pg_tide.max_payload_bytes;
 
 \pset tuples_only on
 \pset format unaligned
-SELECT format(E'%s. %s\n    %s', n, call, result) FROM results ORDER BY n;
+SELECT format(E'%s\n    %s', call, result) FROM results ORDER BY n;
 \pset tuples_only off
 \pset format aligned
 
@@ -340,7 +343,7 @@ SELECT count(*) AS malformed_calls,
 	   count(*) FILTER (WHERE result ~ '^.{5}: [a-z]') AS lower_case_message,
 	   count(*) FILTER (WHERE result ~ ' / hint: .') AS with_hint
   FROM results;
-SELECT n, expect, result FROM results WHERE left(result, 5) IS DISTINCT FROM expect;
+SELECT call, expect, result FROM results WHERE left(result, 5) IS DISTINCT FROM expect;
 SELECT left(result, 5) AS sqlstate, count(*) FROM results GROUP BY 1 ORDER BY 1;
 
 -- Nothing was written, no id was taken, no relation appeared.

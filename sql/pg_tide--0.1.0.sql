@@ -1357,7 +1357,11 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value',
 					  HINT = 'Give each event its id as a non-empty JSON string under key event_id.';
 		END IF;
-		PERFORM tide._check_event_id(ev->>'event_id');
+		IF octet_length(ev->>'event_id') > 255 OR (ev->>'event_id') ~ '[[:cntrl:]]' THEN
+			RAISE EXCEPTION 'event_id of event % is too long or has control characters', i
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Event ids have at most 255 bytes and no line breaks or other control characters.';
+		END IF;
 		IF NOT ev ? 'payload' OR jsonb_typeof(ev->'payload') = 'null' THEN
 			RAISE EXCEPTION 'event % has no payload', i
 				USING ERRCODE = 'null_value_not_allowed',
