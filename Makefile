@@ -6,6 +6,7 @@ OBJS = \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
+	src/limits.o \
 	src/consumer.o \
 	src/relay_control.o \
 	relay/launcher.o \
@@ -15,7 +16,7 @@ OBJS = \
 	relay/lease.o \
 	relay/message.o \
 	relay/sink_file.o \
-	relay/sink_webhook.o relay/attempt_log.o \
+	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)

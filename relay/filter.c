@@ -966,8 +966,8 @@ tide_relay_filter_matches(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("p_config must not be NULL"),
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("p_config must not be null"),
 				 errhint("Give a pipeline config, or an object with \"types\" and \"filter\".")));
 	config = PG_GETARG_JSONB_P(0);
 	if (cache == NULL || VARSIZE(cache->config) != VARSIZE(config) ||

@@ -24,9 +24,11 @@
  * Unless allow_private_network, the address curl is about to connect to
  * (after DNS resolution) is checked in CURLOPT_OPENSOCKETFUNCTION, so a
  * name that resolves to a loopback, private, link-local (cloud metadata),
- * unspecified or multicast address is refused. Proxies are switched off,
- * and pipelines with and without allow_private_network use separate multi
- * handles, so they never share a connection.
+ * unspecified or multicast address is refused (the rules are address.c's,
+ * which tide.relay_set_outbox also applies to a URL written with an
+ * address). Proxies are switched off, and pipelines with and without
+ * allow_private_network use separate multi handles, so they never share a
+ * connection.
  *
  * Runs with no transaction open. No callback raises an ERROR or allocates
  * with palloc (an ERROR would longjmp through libcurl); every failure is
@@ -34,8 +36,6 @@
  */
 #include "postgres.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -48,6 +48,7 @@
 #include "portability/instr_time.h"
 #include "utils/json.h"
 
+#include "address.h"
 #include "signature.h"
 #include "sink.h"
 
@@ -86,50 +87,13 @@ static CURLM *multis[2] = {NULL, NULL};
 static CURLM *multi = NULL;
 static bool curl_ready = false;
 
-/* Whether an IPv4 address (host order) is one the SSRF check refuses. */
-static bool
-ipv4_refused(uint32 a)
-{
-	return (a >> 24) == 0 ||	/* 0/8, unspecified */
-		(a >> 24) == 10 ||		/* 10/8 */
-		(a >> 24) == 127 ||		/* loopback */
-		(a >> 20) == 0xAC1 ||	/* 172.16/12 */
-		(a >> 16) == 0xC0A8 ||	/* 192.168/16 */
-		(a >> 16) == 0xA9FE ||	/* 169.254/16, cloud metadata */
-		(a >> 22) == (100u << 2 | 1) || /* 100.64/10, carrier-grade NAT */
-		(a >> 28) >= 0xE;		/* multicast and reserved, broadcast */
-}
-
-/* Whether a socket address is one the SSRF check refuses. */
-static bool
-address_refused(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		return ipv4_refused(ntohl(((const struct sockaddr_in *) sa)->sin_addr.s_addr));
-	if (sa->sa_family == AF_INET6)
-	{
-		const struct in6_addr *a = &((const struct sockaddr_in6 *) sa)->sin6_addr;
-		const uint8 *b = a->s6_addr;
-
-		if (IN6_IS_ADDR_V4MAPPED(a) || IN6_IS_ADDR_V4COMPAT(a))
-			return ipv4_refused(((uint32) b[12] << 24) | ((uint32) b[13] << 16) |
-								((uint32) b[14] << 8) | b[15]);
-		return IN6_IS_ADDR_UNSPECIFIED(a) || IN6_IS_ADDR_LOOPBACK(a) ||
-			(b[0] & 0xFE) == 0xFC ||	/* fc00::/7 */
-			(b[0] == 0xFE && (b[1] & 0xC0) == 0x80) ||	/* fe80::/10 */
-			(b[0] == 0xFE && (b[1] & 0xC0) == 0xC0) ||	/* fec0::/10 */
-			b[0] == 0xFF;		/* multicast */
-	}
-	return true;				/* only IP is ever allowed */
-}
-
 /* CURLOPT_OPENSOCKETFUNCTION: refuses an address the SSRF check forbids. */
 static curl_socket_t
 open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
 {
 	WebhookRequest *r = clientp;
 
-	if (!r->allow_private && address_refused(&address->addr))
+	if (!r->allow_private && RelayAddressRefused(&address->addr))
 	{
 		r->blocked = true;
 		return CURL_SOCKET_BAD;

@@ -30,10 +30,10 @@ SELECT column_name, data_type, is_nullable
 SELECT obj_description('tide.orders_inbox'::regclass, 'pg_class') AS table_comment;
 -- names and schemas are identifiers, used exactly as given and quoted
 CREATE SCHEMA "App Schema";
-SELECT tide.inbox_create('We"ird; name', 'App Schema', 2, 0, 1);
+SELECT tide.inbox_create('Weird.Name-1', 'App Schema', 2, 0, 1);
 SELECT inbox_name, inbox_schema, max_retries, processed_retention_hours, dlq_retention_hours
   FROM tide.tide_inbox_config ORDER BY inbox_name;
-SELECT to_regclass('"App Schema"."We""ird; name_inbox"') IS NOT NULL AS table_exists;
+SELECT to_regclass('"App Schema"."Weird.Name-1_inbox"') IS NOT NULL AS table_exists;
 -- the longest name: 57 bytes, so that "<name>_inbox" has 63
 SELECT tide.inbox_create(repeat('n', 57));
 SELECT to_regclass(format('tide.%I', repeat('n', 57) || '_inbox')) IS NOT NULL AS table_exists;
@@ -88,8 +88,8 @@ SELECT tide.inbox_receive('orders', 'o-2', '{"order": 2}', '{"type": "order.paid
 SELECT tide.inbox_receive('orders', 'o-1', '{"order": "changed"}', '{"x": 1}', 'elsewhere');
 SELECT tide.inbox_receive(p_name => 'orders', p_event_id => 'o-3', p_payload => '[3]');
 SELECT * FROM pg_temp.msgs('tide.orders_inbox');
-SELECT tide.inbox_receive('We"ird; name', 'w-1', '"text payload"');
-SELECT * FROM pg_temp.msgs('"App Schema"."We""ird; name_inbox"');
+SELECT tide.inbox_receive('Weird.Name-1', 'w-1', '"text payload"');
+SELECT * FROM pg_temp.msgs('"App Schema"."Weird.Name-1_inbox"');
 -- receive errors write nothing
 SELECT pg_temp.try($$SELECT tide.inbox_receive('nope', 'x', '{}')$$);
 SELECT pg_temp.try($$SELECT tide.inbox_receive('', 'x', '{}')$$);
@@ -258,7 +258,7 @@ SELECT s - 'oldest_pending_age_seconds' AS status,
 	   (s->>'oldest_pending_age_seconds')::numeric >= 0 AS age_ok
   FROM tide.inbox_status('orders') s;
 SELECT s->'pending' AS pending, (s->>'oldest_pending_age_seconds')::numeric >= 0 AS age_ok
-  FROM tide.inbox_status('We"ird; name') s;
+  FROM tide.inbox_status('Weird.Name-1') s;
 SELECT jsonb_path_query_array(tide.inbox_status(), '$[*].inbox') AS inboxes;
 SELECT jsonb_path_query_array(tide.inbox_status(NULL), '$[*].dlq_count') AS dlq_counts;
 SELECT pg_temp.try($$SELECT tide.inbox_status('nope')$$);
@@ -277,16 +277,16 @@ SELECT tide.inbox_truncate_processed('orders');
 SELECT event_id, state FROM pg_temp.msgs('tide.orders_inbox');
 -- once its row is gone, an id is new again
 SELECT tide.inbox_receive('orders', 'o-1', '{"order": "late duplicate"}') AS o1_new_again;
--- "We"ird; name" keeps processed rows (0) and dead letters for 1 hour
-SELECT tide.inbox_mark_processed('We"ird; name', 'w-1');
-SELECT tide.inbox_receive('We"ird; name', 'w-2', '{}');
-SELECT tide.inbox_mark_failed('We"ird; name', 'w-2', 'x');
-SELECT tide.inbox_mark_failed('We"ird; name', 'w-2', 'x');
-UPDATE "App Schema"."We""ird; name_inbox"
+-- "Weird.Name-1" keeps processed rows (0) and dead letters for 1 hour
+SELECT tide.inbox_mark_processed('Weird.Name-1', 'w-1');
+SELECT tide.inbox_receive('Weird.Name-1', 'w-2', '{}');
+SELECT tide.inbox_mark_failed('Weird.Name-1', 'w-2', 'x');
+SELECT tide.inbox_mark_failed('Weird.Name-1', 'w-2', 'x');
+UPDATE "App Schema"."Weird.Name-1_inbox"
    SET processed_at = processed_at - interval '10000 hours',
 	   dead_lettered_at = dead_lettered_at - interval '2 hours';
-SELECT tide.inbox_truncate_processed('We"ird; name');
-SELECT event_id, state FROM pg_temp.msgs('"App Schema"."We""ird; name_inbox"');
+SELECT tide.inbox_truncate_processed('Weird.Name-1');
+SELECT event_id, state FROM pg_temp.msgs('"App Schema"."Weird.Name-1_inbox"');
 SELECT pg_temp.try($$SELECT tide.inbox_truncate_processed('nope')$$);
 
 -- drop
@@ -298,7 +298,7 @@ SELECT tide.inbox_drop('orders', true);
 SELECT pg_temp.try($$SELECT tide.inbox_drop('')$$);
 SELECT pg_temp.try($$SELECT tide.inbox_drop(repeat('n', 58), true)$$);
 SELECT tide.inbox_drop('fragile');
-SELECT tide.inbox_drop('We"ird; name');
+SELECT tide.inbox_drop('Weird.Name-1');
 SELECT count(*) AS inboxes FROM tide.tide_inbox_config;
 SELECT count(*) AS inbox_tables FROM pg_class WHERE relname LIKE '%\_inbox' AND relkind = 'r';
 SELECT tide.inbox_status() AS no_inboxes;

@@ -306,13 +306,41 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_pipeline_health', '');
 -- Internal SQL helpers
 -- ---------------------------------------------------------------------------
 
--- Validates an outbox or consumer-group name: non-empty, at most 63 bytes.
+-- Refuses a name or id with a character other than ASCII letters, digits,
+-- "_", "-", "." and ":"; p_what names it in the message. Names travel into
+-- HTTP headers (webhook-id), logs and file names: nothing in them needs
+-- quoting or escaping anywhere. The same rules as check_chars() in
+-- src/pg_tide.c.
+CREATE FUNCTION tide._check_chars(p_what text, p_value text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	bad text := substring(p_value FROM '[^A-Za-z0-9_.:-]');
+BEGIN
+	IF bad IS NOT NULL THEN
+		RAISE EXCEPTION '%', CASE WHEN bad ~ '^[!-~]$' THEN format('%s must not contain "%s"', p_what, bad)
+								  ELSE format('%s must not contain white space, control or non-ASCII characters', p_what) END
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Names and ids consist of ASCII letters, digits, "_", "-", "." and ":".';
+	END IF;
+END
+$$;
+
+-- Validates an outbox, consumer-group or pipeline name: not null, 1 to 63
+-- bytes, the characters of tide._check_chars(). The same rules as
+-- TideValidateName() in src/pg_tide.c.
 CREATE FUNCTION tide._check_name(p_kind text, p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-	IF p_name IS NULL OR p_name = '' THEN
+	IF p_name IS NULL THEN
+		RAISE EXCEPTION '% name must not be null', p_kind
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = format('Give the %s a name of 1 to 63 bytes.', p_kind);
+	END IF;
+	IF p_name = '' THEN
 		RAISE EXCEPTION '% name must not be empty', p_kind
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = format('Give the %s a name of 1 to 63 bytes.', p_kind);
@@ -322,6 +350,21 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = format('Names have at most 63 bytes; this one has %s.',
 								octet_length(p_name));
+	END IF;
+	PERFORM tide._check_chars(p_kind || ' name', p_name);
+END
+$$;
+
+-- Refuses a NULL flag argument (p_if_exists and the like); p_name names it.
+CREATE FUNCTION tide._check_flag(p_name text, p_value boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_value IS NULL THEN
+		RAISE EXCEPTION '% must not be null', p_name
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = format('Pass %s => true or false, or leave it out.', p_name);
 	END IF;
 END
 $$;
@@ -395,16 +438,30 @@ BEGIN
 END
 $$;
 
+-- Validates a consumer id: the same rules as TideValidateConsumerId() in
+-- src/pg_tide.c.
 CREATE FUNCTION tide._check_consumer(p_consumer text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-	IF p_consumer IS NULL OR p_consumer = '' THEN
+	IF p_consumer IS NULL THEN
+		RAISE EXCEPTION 'consumer id must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Each consumer of a group identifies itself with a stable, non-empty id.';
+	END IF;
+	IF p_consumer = '' THEN
 		RAISE EXCEPTION 'consumer id must not be empty'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Each consumer of a group identifies itself with a stable, non-empty id.';
 	END IF;
+	IF octet_length(p_consumer) > 255 THEN
+		RAISE EXCEPTION 'consumer id is too long'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Consumer ids have at most 255 bytes; this one has %s.',
+								octet_length(p_consumer));
+	END IF;
+	PERFORM tide._check_chars('consumer id', p_consumer);
 END
 $$;
 
@@ -422,12 +479,29 @@ DECLARE
 	created boolean;
 BEGIN
 	PERFORM tide._check_name('outbox', p_name);
-	IF p_retention_hours IS NULL OR p_retention_hours <= 0 THEN
+	IF p_retention_hours IS NULL THEN
+		RAISE EXCEPTION 'retention_hours must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of hours consumed messages are kept, from 1 to 87600 (ten years).';
+	END IF;
+	IF p_retention_hours <= 0 THEN
 		RAISE EXCEPTION 'retention_hours must be positive'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the number of hours consumed messages are kept, at least 1.';
 	END IF;
-	IF p_inline_threshold IS NULL OR p_inline_threshold <= 0 THEN
+	-- Retention subtracts the hours from now(): far beyond this, timestamps
+	-- overflow and every sweep would fail.
+	IF p_retention_hours > 87600 THEN
+		RAISE EXCEPTION 'retention_hours must be at most 87600, not %', p_retention_hours
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of hours consumed messages are kept, from 1 to 87600 (ten years).';
+	END IF;
+	IF p_inline_threshold IS NULL THEN
+		RAISE EXCEPTION 'inline_threshold must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
+	END IF;
+	IF p_inline_threshold <= 0 THEN
 		RAISE EXCEPTION 'inline_threshold must be positive'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
@@ -464,6 +538,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
 	PERFORM tide._check_name('outbox', p_name);
+	PERFORM tide._check_flag('p_if_exists', p_if_exists);
 	-- The messages must be deleted with a snapshot taken after the lock
 	-- below, which a REPEATABLE READ transaction does not take.
 	IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -480,7 +555,7 @@ BEGIN
 	IF FOUND THEN
 		DELETE FROM tide.tide_outbox_messages WHERE outbox_name = p_name;
 	ELSE
-		IF coalesce(p_if_exists, false) THEN
+		IF p_if_exists THEN
 			RAISE NOTICE 'outbox "%" does not exist, skipping', p_name;
 		ELSE
 			RAISE EXCEPTION 'outbox "%" does not exist', p_name
@@ -595,14 +670,19 @@ DECLARE
 BEGIN
 	PERFORM tide._check_name('consumer group', p_name);
 	PERFORM tide._outbox_config(p_outbox);
-	IF p_auto_offset_reset IS NULL
-	   OR p_auto_offset_reset NOT IN ('earliest', 'latest', 'none') THEN
+	IF p_auto_offset_reset IS NULL THEN
+		RAISE EXCEPTION 'auto_offset_reset must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Use ''earliest'', ''latest'' or ''none''.';
+	END IF;
+	PERFORM tide._check_flag('p_if_not_exists', p_if_not_exists);
+	IF p_auto_offset_reset NOT IN ('earliest', 'latest', 'none') THEN
 		RAISE EXCEPTION 'invalid auto_offset_reset "%"', p_auto_offset_reset
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use ''earliest'', ''latest'' or ''none''.';
 	END IF;
 	IF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p_name) THEN
-		IF coalesce(p_if_not_exists, false) THEN
+		IF p_if_not_exists THEN
 			RAISE NOTICE 'consumer group "%" already exists, skipping', p_name;
 			RETURN;
 		END IF;
@@ -629,9 +709,10 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
 	PERFORM tide._check_name('consumer group', p_name);
+	PERFORM tide._check_flag('p_if_exists', p_if_exists);
 	DELETE FROM tide.tide_consumer_groups WHERE group_name = p_name;
 	IF NOT FOUND THEN
-		IF coalesce(p_if_exists, false) THEN
+		IF p_if_exists THEN
 			RAISE NOTICE 'consumer group "%" does not exist, skipping', p_name;
 		ELSE
 			RAISE EXCEPTION 'consumer group "%" does not exist', p_name
@@ -797,10 +878,21 @@ DECLARE
 	lease tide.tide_consumer_leases;
 BEGIN
 	lease := tide._own_lease(p_group, p_consumer);
-	IF p_seconds IS NULL OR p_seconds <= 0 THEN
+	IF p_seconds IS NULL THEN
+		RAISE EXCEPTION 'lease extension must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of seconds from now the lease should last, from 1 to 86400.';
+	END IF;
+	IF p_seconds <= 0 THEN
 		RAISE EXCEPTION 'lease extension must be positive'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the number of seconds from now the lease should last, at least 1.';
+	END IF;
+	-- As for poll_outbox: a consumer that died holds a lease no longer than a day.
+	IF p_seconds > 86400 THEN
+		RAISE EXCEPTION 'lease extension must be at most 86400 seconds, not %', p_seconds
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Extend the lease again later; a lease lasts at most a day from now.';
 	END IF;
 	UPDATE tide.tide_consumer_leases
 	   SET expires_at = clock_timestamp() + make_interval(secs => p_seconds)
@@ -840,7 +932,13 @@ DECLARE
 BEGIN
 	PERFORM tide._lock_group(p_group);
 	PERFORM tide._check_consumer(p_consumer);
-	IF p_target_offset IS NULL OR p_target_offset < 0 THEN
+	IF p_target_offset IS NULL THEN
+		RAISE EXCEPTION 'target offset must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give 0 or a message id; 0 re-reads the outbox from its first message.';
+	END IF;
+	PERFORM tide._check_flag('p_confirm', p_confirm);
+	IF p_target_offset < 0 THEN
 		RAISE EXCEPTION 'target offset must be zero or a message id'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = '0 re-reads the outbox from its first message.';
@@ -853,7 +951,7 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Ids above the safe horizon have not been handed out or belong to transactions that are still open.';
 	END IF;
-	IF NOT coalesce(p_confirm, false) THEN
+	IF NOT p_confirm THEN
 		RAISE EXCEPTION 'moving the offset of group "%" needs confirmation', p_group
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  DETAIL = 'Messages after the target are delivered again; messages up to it are skipped.',
@@ -906,14 +1004,20 @@ ALTER TABLE tide.tide_inbox_config
 	ADD CONSTRAINT tide_inbox_config_processed_retention_check CHECK (processed_retention_hours >= 0),
 	ADD CONSTRAINT tide_inbox_config_dlq_retention_check CHECK (dlq_retention_hours >= 0);
 
--- Validates an inbox name: non-empty, and short enough that its table name
--- "<name>_inbox" fits in 63 bytes.
+-- Validates an inbox name: not null, non-empty, short enough that its
+-- table name "<name>_inbox" fits in 63 bytes, the characters of
+-- tide._check_chars().
 CREATE FUNCTION tide._check_inbox_name(p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-	IF p_name IS NULL OR p_name = '' THEN
+	IF p_name IS NULL THEN
+		RAISE EXCEPTION 'inbox name must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the inbox a name of 1 to 57 bytes.';
+	END IF;
+	IF p_name = '' THEN
 		RAISE EXCEPTION 'inbox name must not be empty'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the inbox a name of 1 to 57 bytes.';
@@ -925,6 +1029,7 @@ BEGIN
 								'"<name>_inbox" fits in 63; this one has %s.',
 								octet_length(p_name));
 	END IF;
+	PERFORM tide._check_chars('inbox name', p_name);
 END
 $$;
 
@@ -955,15 +1060,81 @@ AS $$
 	SELECT format('%I.%I', p_cfg.inbox_schema, p_cfg.inbox_name || '_inbox')
 $$;
 
+-- Validates an event id: not null, 1 to 255 bytes, no control characters.
+-- Ids come from senders, so anything else is taken as it is (they are
+-- values, never part of SQL text).
 CREATE FUNCTION tide._check_event_id(p_event_id text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-	IF p_event_id IS NULL OR p_event_id = '' THEN
+	IF p_event_id IS NULL THEN
+		RAISE EXCEPTION 'event id must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Every event needs the stable id its sender gave it: duplicates are recognised by it.';
+	END IF;
+	IF p_event_id = '' THEN
 		RAISE EXCEPTION 'event id must not be empty'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Every event needs the stable id its sender gave it: duplicates are recognised by it.';
+	END IF;
+	IF octet_length(p_event_id) > 255 THEN
+		RAISE EXCEPTION 'event id is too long'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Event ids have at most 255 bytes; this one has %s.', octet_length(p_event_id));
+	END IF;
+	IF p_event_id ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION 'event id must not contain control characters'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the id its sender gave the event, without line breaks or other control characters.';
+	END IF;
+END
+$$;
+
+-- Raises 54000 when a payload exceeds pg_tide.max_payload_bytes (p_index:
+-- its place in a batch, or NULL); src/limits.c.
+CREATE FUNCTION tide._check_payload(p_payload jsonb, p_index int)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_check_payload'
+LANGUAGE C STABLE;
+
+-- Refuses a lease or claim duration outside 1 second to a day.
+CREATE FUNCTION tide._check_visibility(p_seconds int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_seconds IS NULL THEN
+		RAISE EXCEPTION 'visibility must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the seconds a claim lasts before others may claim the messages again, from 1 to 86400.';
+	END IF;
+	IF p_seconds < 1 OR p_seconds > 86400 THEN
+		RAISE EXCEPTION 'visibility must be between 1 and 86400 seconds'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the seconds a claim lasts before others may claim the messages again.';
+	END IF;
+END
+$$;
+
+-- Refuses a retention in hours that is NULL, negative or above ten years
+-- (0 keeps the rows); p_what names it.
+CREATE FUNCTION tide._check_retention_hours(p_what text, p_hours int, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_hours IS NULL THEN
+		RAISE EXCEPTION '% must not be null', p_what
+			USING ERRCODE = 'null_value_not_allowed', HINT = p_hint;
+	END IF;
+	IF p_hours < 0 THEN
+		RAISE EXCEPTION '% must not be negative', p_what
+			USING ERRCODE = 'invalid_parameter_value', HINT = p_hint;
+	END IF;
+	IF p_hours > 87600 THEN
+		RAISE EXCEPTION '% must be at most 87600, not %', p_what, p_hours
+			USING ERRCODE = 'invalid_parameter_value', HINT = p_hint || ' At most 87600 (ten years).';
 	END IF;
 END
 $$;
@@ -973,7 +1144,12 @@ RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-	IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+	IF p_batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch size must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the largest number of messages to take at once, from 1 to 10000.';
+	END IF;
+	IF p_batch_size < 1 OR p_batch_size > 10000 THEN
 		RAISE EXCEPTION 'batch size must be between 1 and 10000'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the largest number of messages to take at once.';
@@ -994,26 +1170,30 @@ DECLARE
 	tbl text := p_name || '_inbox';
 BEGIN
 	PERFORM tide._check_inbox_name(p_name);
-	IF p_schema IS NULL OR p_schema = '' THEN
+	IF p_schema IS NULL THEN
+		RAISE EXCEPTION 'inbox schema must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Name an existing schema, or leave the default tide.';
+	END IF;
+	IF p_schema = '' THEN
 		RAISE EXCEPTION 'inbox schema must not be empty'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Name an existing schema, or leave the default tide.';
 	END IF;
-	IF p_max_retries IS NULL OR p_max_retries <= 0 THEN
+	IF p_max_retries IS NULL THEN
+		RAISE EXCEPTION 'max_retries must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of failures after which a message is dead-lettered, at least 1.';
+	END IF;
+	IF p_max_retries <= 0 THEN
 		RAISE EXCEPTION 'max_retries must be positive'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the number of failures after which a message is dead-lettered, at least 1.';
 	END IF;
-	IF p_processed_retention_hours IS NULL OR p_processed_retention_hours < 0 THEN
-		RAISE EXCEPTION 'processed_retention_hours must not be negative'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Give the hours processed messages are kept to recognise duplicates; 0 keeps them.';
-	END IF;
-	IF p_dlq_retention_hours IS NULL OR p_dlq_retention_hours < 0 THEN
-		RAISE EXCEPTION 'dlq_retention_hours must not be negative'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Give the hours dead-lettered messages are kept; 0 keeps them.';
-	END IF;
+	PERFORM tide._check_retention_hours('processed_retention_hours', p_processed_retention_hours,
+		'Give the hours processed messages are kept to recognise duplicates; 0 keeps them.');
+	PERFORM tide._check_retention_hours('dlq_retention_hours', p_dlq_retention_hours,
+		'Give the hours dead-lettered messages are kept; 0 keeps them.');
 	nsp := to_regnamespace(quote_ident(p_schema));
 	IF nsp IS NULL THEN
 		RAISE EXCEPTION 'schema "%" does not exist', p_schema
@@ -1077,9 +1257,10 @@ DECLARE
 	det text;
 BEGIN
 	PERFORM tide._check_inbox_name(p_name);
+	PERFORM tide._check_flag('p_if_exists', p_if_exists);
 	DELETE FROM tide.tide_inbox_config WHERE inbox_name = p_name RETURNING * INTO cfg;
 	IF NOT FOUND THEN
-		IF coalesce(p_if_exists, false) THEN
+		IF p_if_exists THEN
 			RAISE NOTICE 'inbox "%" does not exist, skipping', p_name;
 			RETURN;
 		END IF;
@@ -1118,6 +1299,7 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Pass the event''s body as a JSON value.';
 	END IF;
+	PERFORM tide._check_payload(p_payload, NULL);
 	IF p_headers IS NOT NULL AND jsonb_typeof(p_headers) <> 'object' THEN
 		RAISE EXCEPTION 'headers must be a JSON object'
 			USING ERRCODE = 'invalid_parameter_value',
@@ -1156,6 +1338,12 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Pass a JSON array of objects with keys event_id, payload, and optionally headers and source.';
 	END IF;
+	IF jsonb_array_length(p_events) > 10000 THEN
+		RAISE EXCEPTION 'cannot receive more than 10000 events in one batch'
+			USING ERRCODE = 'program_limit_exceeded',
+				  DETAIL = format('The array has %s elements.', jsonb_array_length(p_events)),
+				  HINT = 'Split the array into batches of at most 10000; they may share one transaction.';
+	END IF;
 	-- Every element is checked before anything is written.
 	FOR ev IN SELECT e FROM jsonb_array_elements(p_events) e LOOP
 		i := i + 1;
@@ -1169,11 +1357,17 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value',
 					  HINT = 'Give each event its id as a non-empty JSON string under key event_id.';
 		END IF;
+		IF octet_length(ev->>'event_id') > 255 OR (ev->>'event_id') ~ '[[:cntrl:]]' THEN
+			RAISE EXCEPTION 'event_id of event % is too long or has control characters', i
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Event ids have at most 255 bytes and no line breaks or other control characters.';
+		END IF;
 		IF NOT ev ? 'payload' OR jsonb_typeof(ev->'payload') = 'null' THEN
 			RAISE EXCEPTION 'event % has no payload', i
 				USING ERRCODE = 'null_value_not_allowed',
 					  HINT = 'Give each event its body under key payload.';
 		END IF;
+		PERFORM tide._check_payload(ev->'payload', i);
 		IF coalesce(jsonb_typeof(ev->'headers'), 'null') NOT IN ('object', 'null') THEN
 			RAISE EXCEPTION 'headers of event % must be a JSON object', i
 				USING ERRCODE = 'invalid_parameter_value',
@@ -1214,11 +1408,7 @@ DECLARE
 BEGIN
 	cfg := tide._inbox_config(p_name);
 	PERFORM tide._check_batch_size(p_batch_size);
-	IF p_visibility_seconds IS NULL OR p_visibility_seconds < 1 THEN
-		RAISE EXCEPTION 'visibility must be at least 1 second'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Give the seconds a claim lasts before others may claim the messages again.';
-	END IF;
+	PERFORM tide._check_visibility(p_visibility_seconds);
 	-- SKIP LOCKED: rows another transaction is claiming or processing are
 	-- passed over, never waited for. A claim that committed is seen through
 	-- claimed_until (rechecked on the newest row version when locking).
@@ -1663,20 +1853,35 @@ BEGIN
 END
 $$;
 
+-- What the host of a URL is for the SSRF check: 'name', 'public',
+-- 'private' or 'invalid' (relay/address.c, the rules the relay applies
+-- when it connects).
+CREATE FUNCTION tide._relay_url_host_class(p_host text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'tide_relay_url_host_class'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 -- Validates a webhook URL: http or https, a host, an optional port, no
 -- user name or password (they would not be redacted: use headers), no
--- white space.
-CREATE FUNCTION tide._relay_check_url(p_url text, p_allow_http boolean)
+-- white space; unless p_allow_private, a host written as an address must
+-- be a public one (a name is checked by the relay once resolved).
+CREATE FUNCTION tide._relay_check_url(p_url text, p_allow_http boolean, p_allow_private boolean)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
+	host_class text;
 	m text[];
 	hint text := 'Give "url" as an absolute URL such as "https://example.com/hooks".';
 BEGIN
+	-- Not repeated in the message: a line break would forge a line of the log.
+	IF p_url ~ '[[:space:][:cntrl:]]' THEN
+		PERFORM tide._relay_bad_config('config key "url" must not contain white space or control characters',
+			hint || ' Encode a space in a path or query as %20.');
+	END IF;
 	m := regexp_match(p_url,
 		'^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#@]*@)?([A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]*)?([/?#][^[:space:]]*)?$');
-	IF m IS NULL OR p_url ~ '[[:space:][:cntrl:]]' THEN
+	IF m IS NULL THEN
 		PERFORM tide._relay_bad_config(format('config key "url" is not a valid URL: "%s"', p_url), hint);
 	END IF;
 	IF lower(m[1]) NOT IN ('http', 'https') THEN
@@ -1695,6 +1900,17 @@ BEGIN
 	IF lower(m[1]) = 'http' AND NOT p_allow_http THEN
 		PERFORM tide._relay_bad_config('config key "url" uses plain http',
 			'Use an https:// URL, or set "allow_http": true to send over plain http.');
+	END IF;
+	host_class := tide._relay_url_host_class(m[3]);
+	IF host_class = 'invalid' THEN
+		PERFORM tide._relay_bad_config(format('config key "url" has an invalid IPv6 address: "%s"', m[3]),
+			'Write an IPv6 address in brackets, for example "https://[2001:db8::1]/hooks".');
+	END IF;
+	IF host_class = 'private' AND NOT p_allow_private THEN
+		PERFORM tide._relay_bad_config(
+			format('config key "url" points to a non-public address: "%s"', m[3]),
+			'Loopback, private, link-local (cloud metadata), unspecified and multicast addresses are refused; '
+			'set "allow_private_network": true to send to one.');
 	END IF;
 END
 $$;
@@ -1805,6 +2021,7 @@ DECLARE
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
+	allow_private boolean;
 	retry jsonb;
 	base_ms bigint;
 	h record;
@@ -1814,13 +2031,14 @@ BEGIN
 	PERFORM tide._relay_check_keys(p_config, known, '');
 
 	allow_http := tide._relay_bool(p_config, 'allow_http', false);
+	allow_private := tide._relay_bool(p_config, 'allow_private_network', false);
 	IF NOT p_config ? 'url' THEN
 		PERFORM tide._relay_bad_config('config key "url" is missing',
 			'Give "url", the https:// URL the webhook is sent to.');
 	END IF;
 	PERFORM tide._relay_check_type('url', p_config -> 'url', 'string',
 		'Give "url" as a string such as "https://example.com/hooks".');
-	PERFORM tide._relay_check_url(p_config ->> 'url', allow_http);
+	PERFORM tide._relay_check_url(p_config ->> 'url', allow_http, allow_private);
 
 	result := jsonb_build_object(
 		'sink_type', 'webhook',
@@ -1834,7 +2052,7 @@ BEGIN
 		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
 		'alerts', tide._relay_alerts_config(p_config),
 		'allow_http', allow_http,
-		'allow_private_network', tide._relay_bool(p_config, 'allow_private_network', false));
+		'allow_private_network', allow_private);
 
 	-- headers: an object of strings; pg_tide's own headers are refused.
 	IF p_config ? 'headers' THEN
@@ -1925,6 +2143,9 @@ BEGIN
 		PERFORM tide._relay_bad_config(
 			format('config key "path" must be an absolute path: "%s"', p_config ->> 'path'), hint);
 	END IF;
+	IF (p_config ->> 'path') ~ '[[:cntrl:]]' THEN
+		PERFORM tide._relay_bad_config('config key "path" must not contain control characters', hint);
+	END IF;
 	RETURN jsonb_build_object(
 		'sink_type', 'file',
 		'path', p_config -> 'path',
@@ -1991,8 +2212,13 @@ BEGIN
 	PERFORM tide._check_name('consumer group', p_consumer_group);
 	PERFORM tide._outbox_config(p_outbox);
 
-	IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
-		RAISE EXCEPTION 'pipeline config must be a JSON object, not %', coalesce(jsonb_typeof(p_config), 'NULL')
+	IF p_config IS NULL THEN
+		RAISE EXCEPTION 'pipeline config must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give a config such as {"sink_type": "webhook", "url": "https://example.com/hooks"}.';
+	END IF;
+	IF jsonb_typeof(p_config) <> 'object' THEN
+		RAISE EXCEPTION 'pipeline config must be a JSON object, not %', jsonb_typeof(p_config)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give a config such as {"sink_type": "webhook", "url": "https://example.com/hooks"}.';
 	END IF;
@@ -2182,6 +2408,24 @@ COMMENT ON FUNCTION tide.relay_filter_matches(jsonb, jsonb, jsonb)
 -- instead). Retrying puts it back into the pipeline's retry queue, due at
 -- once, with a fresh count of attempts; the relay worker is woken at commit.
 -- ---------------------------------------------------------------------------
+-- Refuses an age that is negative or, at more than 100 years, would take
+-- now() out of the range of timestamps.
+CREATE FUNCTION tide._check_age(p_age interval, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_age < interval '0' THEN
+		RAISE EXCEPTION 'age must not be negative, not %', p_age
+			USING ERRCODE = 'invalid_parameter_value', HINT = p_hint;
+	END IF;
+	IF p_age > interval '100 years' THEN
+		RAISE EXCEPTION 'age must be at most 100 years, not %', p_age
+			USING ERRCODE = 'invalid_parameter_value', HINT = p_hint;
+	END IF;
+END
+$$;
+
 -- Moves dead letters back into their pipelines' retry queues; returns how many.
 CREATE FUNCTION tide._relay_dlq_requeue(p_ids bigint[])
 RETURNS bigint
@@ -2221,8 +2465,13 @@ BEGIN
 	IF p_pipeline IS NOT NULL THEN
 		PERFORM tide._check_name('pipeline', p_pipeline);
 	END IF;
-	IF p_limit IS NULL OR p_limit <= 0 THEN
-		RAISE EXCEPTION 'limit must be positive, not %', coalesce(p_limit::text, 'NULL')
+	IF p_limit IS NULL THEN
+		RAISE EXCEPTION 'limit must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give p_limit, the most dead letters to list, as a positive number.';
+	END IF;
+	IF p_limit <= 0 THEN
+		RAISE EXCEPTION 'limit must be positive, not %', p_limit
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give p_limit, the most dead letters to list, as a positive number.';
 	END IF;
@@ -2247,7 +2496,7 @@ DECLARE
 	d tide.relay_dlq;
 BEGIN
 	IF p_id IS NULL THEN
-		RAISE EXCEPTION 'dead letter id must not be NULL'
+		RAISE EXCEPTION 'dead letter id must not be null'
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Give an id that tide.relay_dlq_list() shows.';
 	END IF;
@@ -2284,11 +2533,13 @@ AS $$
 DECLARE
 	n bigint;
 BEGIN
-	IF p_older_than IS NULL OR p_older_than < interval '0' THEN
-		RAISE EXCEPTION 'age must not be negative or NULL, not %', coalesce(p_older_than::text, 'NULL')
-			USING ERRCODE = 'invalid_parameter_value',
+	IF p_older_than IS NULL THEN
+		RAISE EXCEPTION 'age must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Give how old dead letters must be to go, for example interval ''7 days''; interval ''0'' removes them all.';
 	END IF;
+	PERFORM tide._check_age(p_older_than,
+		'Give how old dead letters must be to go, for example interval ''7 days''; interval ''0'' removes them all.');
 	DELETE FROM tide.relay_dlq WHERE dead_lettered_at <= now() - p_older_than;
 	GET DIAGNOSTICS n = ROW_COUNT;
 	RETURN n;
@@ -2455,7 +2706,7 @@ DECLARE
 BEGIN
 	p := tide._relay_pipeline(p_pipeline);
 	IF p_message_id IS NULL THEN
-		RAISE EXCEPTION 'message id must not be NULL'
+		RAISE EXCEPTION 'message id must not be null'
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Give the id of a message of the pipeline''s outbox.';
 	END IF;
@@ -2478,7 +2729,12 @@ DECLARE
 	n bigint;
 BEGIN
 	p := tide._relay_pipeline(p_pipeline);
-	IF p_from_id IS NULL OR p_to_id IS NULL OR p_from_id > p_to_id THEN
+	IF p_from_id IS NULL OR p_to_id IS NULL THEN
+		RAISE EXCEPTION 'replay range must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give p_from_id <= p_to_id, for example the ids tide.relay_attempts shows.';
+	END IF;
+	IF p_from_id > p_to_id THEN
 		RAISE EXCEPTION 'replay range must be two ids, the first not above the second'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give p_from_id <= p_to_id, for example the ids tide.relay_attempts shows.';
@@ -2678,7 +2934,12 @@ BEGIN
 	IF p_outbox_name IS NOT NULL THEN
 		PERFORM tide._outbox_config(p_outbox_name);
 	END IF;
-	IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+	IF p_batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch size must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the most messages to delete with one statement, from 1 to 10000.';
+	END IF;
+	IF p_batch_size < 1 OR p_batch_size > 10000 THEN
 		RAISE EXCEPTION 'batch size must be between 1 and 10000'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the most messages to delete with one statement.';
@@ -2688,11 +2949,8 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Pass true to count what would be deleted, false to delete it.';
 	END IF;
-	IF p_older_than < interval '0' THEN
-		RAISE EXCEPTION 'age must not be negative, not %', p_older_than
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Give p_older_than, to sweep messages older than it instead of the outbox''s retention_hours, or leave it NULL.';
-	END IF;
+	PERFORM tide._check_age(p_older_than,
+		'Give p_older_than, to sweep messages older than it instead of the outbox''s retention_hours, or leave it NULL.');
 
 	FOR cfg IN SELECT * FROM tide.tide_outbox_config c
 				WHERE p_outbox_name IS NULL OR c.outbox_name = p_outbox_name

@@ -39,7 +39,7 @@ SELECT config -> 'signing_secret' AS stored_secrets,
   FROM tide.relay_outbox_config WHERE name = 'rc_full';
 -- a single secret is redacted too
 SELECT tide.relay_set_outbox('rc_one', 'rc_payments', 'rc_one_group',
-	'{"sink_type": "webhook", "url": "https://[::1]:8443/", "signing_secret": "whsec_c2Vjb25k",
+	'{"sink_type": "webhook", "url": "https://[2001:db8::1]:8443/", "signing_secret": "whsec_c2Vjb25k",
 	  "headers": {"token": "x", "monkey": "y", "Accept": "application/json"}}');
 SELECT tide.relay_get_config('rc_one') -> 'signing_secret' AS secret,
 	   tide.relay_get_config('rc_one') -> 'headers' AS headers;

@@ -38,6 +38,10 @@ PG_FUNCTION_INFO_V1(tide_poll_outbox);
 PG_FUNCTION_INFO_V1(tide_wait_for_messages);
 
 #define MAX_BATCH_SIZE 10000
+/* A lease lasts at most a day: a consumer that died holds it no longer. */
+#define MAX_VISIBILITY_SECONDS 86400
+/* tide.wait_for_messages waits at most an hour. */
+#define MAX_WAIT_MS (3600 * 1000)
 
 static SPIPlanPtr lock_group_plan = NULL;
 static SPIPlanPtr peek_group_plan = NULL;
@@ -375,11 +379,7 @@ consumer_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *consumer = PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 
-	if (consumer == NULL || consumer[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("consumer id must not be empty"),
-				 errhint("Each consumer of a group identifies itself with a stable, non-empty id.")));
+	TideValidateConsumerId(consumer);
 	return consumer;
 }
 
@@ -409,15 +409,27 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	TideRequirePreload();
 	group = group_arg(fcinfo);
 	consumer = consumer_arg(fcinfo, 1);
-	if (PG_ARGISNULL(2) || PG_GETARG_INT32(2) < 1 || PG_GETARG_INT32(2) > MAX_BATCH_SIZE)
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("batch size must not be null"),
+				 errhint("Give the largest number of messages to take at once, from 1 to %d.",
+						 MAX_BATCH_SIZE)));
+	if (PG_GETARG_INT32(2) < 1 || PG_GETARG_INT32(2) > MAX_BATCH_SIZE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch size must be between 1 and %d", MAX_BATCH_SIZE),
 				 errhint("Poll more often for more messages.")));
-	if (PG_ARGISNULL(3) || PG_GETARG_INT32(3) < 1)
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("visibility must not be null"),
+				 errhint("Give the seconds a consumer needs to process a batch, from 1 to %d.",
+						 MAX_VISIBILITY_SECONDS)));
+	if (PG_GETARG_INT32(3) < 1 || PG_GETARG_INT32(3) > MAX_VISIBILITY_SECONDS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("visibility must be at least 1 second"),
+				 errmsg("visibility must be between 1 and %d seconds", MAX_VISIBILITY_SECONDS),
 				 errhint("Give the seconds a consumer needs to process a batch; extend_lease() adds more.")));
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -488,11 +500,21 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 
 	TideRequirePreload();
 	group = group_arg(fcinfo);
-	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 0)
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("timeout must not be null"),
+				 errhint("Give the longest wait in milliseconds; 0 only looks.")));
+	if (PG_GETARG_INT32(1) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must not be negative"),
 				 errhint("Give the longest wait in milliseconds; 0 only looks.")));
+	if (PG_GETARG_INT32(1) > MAX_WAIT_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be at most %d milliseconds", MAX_WAIT_MS),
+				 errhint("Wait again after a timeout; a long poll needs no longer wait than an hour.")));
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PG_GETARG_INT32(1));
 	cv = WakeConditionVariable(MyDatabaseId);
 

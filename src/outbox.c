@@ -252,6 +252,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 				 errhint("Publish a JSON object; use {} for an empty message.")));
 	payload = PG_GETARG_JSONB_P(1);
 	require_object(payload, "payload");
+	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
 	headers = headers_arg(fcinfo, 2);
 
 	SPI_connect();
@@ -293,6 +294,14 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("payloads must be a one-dimensional array"),
 				 errhint("Pass jsonb[] with one element per message.")));
+	if (ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads)) > TIDE_MAX_BATCH_MESSAGES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cannot publish more than %d messages in one batch", TIDE_MAX_BATCH_MESSAGES),
+				 errdetail("The array has %d elements.",
+						   ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads))),
+				 errhint("Split the array into batches of at most %d; they may share one transaction.",
+						 TIDE_MAX_BATCH_MESSAGES)));
 	headers = headers_arg(fcinfo, 2);
 
 	get_typlenbyvalalign(JSONBOID, &typlen, &typbyval, &typalign);
@@ -305,6 +314,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("payload %d must not be null", i + 1),
 					 errhint("Every element of the array must be a JSON object; nothing was published.")));
+		TideCheckPayloadSize(VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])), i + 1);
 		if (!JB_ROOT_IS_OBJECT(DatumGetJsonbP(elems[i])))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

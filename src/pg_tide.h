@@ -13,14 +13,24 @@
 
 /* Longest outbox or consumer group name, in bytes. */
 #define TIDE_MAX_NAME_BYTES 63
+/* Longest consumer id or inbox event id, in bytes. */
+#define TIDE_MAX_ID_BYTES 255
+/* Most messages one call may publish (outbox_publish_batch). */
+#define TIDE_MAX_BATCH_MESSAGES 10000
 
 /* pg_tide.c: loading and shared memory */
 extern bool TidePreloaded;
 extern int	TideWaitRecheckMs;
 extern void TideRequirePreload(void);
 extern void TideValidateName(const char *kind, const char *name);
+extern void TideValidateConsumerId(const char *id);
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
 extern int64 TideSpiInt64(int col, bool *isnull);
+
+/* limits.c: pg_tide.max_payload_bytes */
+extern int	TideMaxPayloadBytes;
+extern void TideDefineLimitGucs(void);
+extern void TideCheckPayloadSize(Size bytes, int index);
 
 /* tracker.c: commit-order-safe publish tracker */
 extern Size TrackerShmemSize(void);
