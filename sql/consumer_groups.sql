@@ -195,7 +195,8 @@ SELECT tide.create_consumer_group('quiet_g', 'quiet');
 SELECT tide.outbox_publish('quiet', '{"n": 1}') > 0 AS published;
 SELECT tide.commit_offset('quiet_g', 'q1', max(id)) FROM tide.poll_outbox('quiet_g', 'q1', 10);
 SELECT tide.outbox_publish_batch('busy',
-	(SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, 20000) i)) IS NOT NULL AS published;
+	(SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, 10000) i)) IS NOT NULL AS published
+  FROM generate_series(1, 2);
 ANALYZE tide.tide_outbox_messages;
 CREATE FUNCTION pg_temp.buffers_of(q text) RETURNS int LANGUAGE plpgsql AS $$
 DECLARE
