@@ -294,14 +294,22 @@ request_ok(const WebhookRequest *r)
 	return r->done && r->code == CURLE_OK && r->status >= 200 && r->status < 300;
 }
 
-/* Whether curl had connected a request to the receiver. */
+/*
+ * Whether curl had connected a request to the receiver: it connected, or it
+ * sent the request on a kept-alive connection (which reports no connect
+ * time).
+ */
 static bool
 request_connected(const WebhookRequest *r)
 {
 	curl_off_t	t = 0;
+	long		sent = 0;
 
-	return r->easy != NULL &&
-		curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0;
+	if (r->easy == NULL)
+		return false;
+	if (curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0)
+		return true;
+	return curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent > 0;
 }
 
 /*
