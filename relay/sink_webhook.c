@@ -12,7 +12,8 @@
  *	  slices of 100 ms with CHECK_FOR_INTERRUPTS() between them, the whole
  *	  batch bounded by timeout_ms. No new request starts after a failure
  *	  with ordering 'strict' (what follows is delivered again anyway), nor
- *	  after the destination itself failed (the others would fail alike).
+ *	  after the destination itself failed (the others would fail alike),
+ *	  nor in the last tenth of timeout_ms (it could not be answered).
  * 3. Classify each message (sink.h): 2xx delivered; 408, 425, 429, 5xx and
  *	  a timeout once connected are the message's retryable failures; other
  *	  statuses its permanent failures (redirects are never followed; 410
@@ -513,8 +514,14 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		elapsed_ms = (long) INSTR_TIME_GET_MILLISEC(now);
 		left_ms = cfg->timeout_ms - elapsed_ms;
 
-		/* Start what the in-flight limit allows, unless the batch stopped. */
-		while (!stopped && next < nreqs && running < cfg->max_in_flight && left_ms > 0)
+		/*
+		 * Start what the in-flight limit allows, unless the batch stopped or
+		 * is in the last tenth of its time: a request started then could
+		 * hardly connect, and its timeout would pass for the destination's
+		 * failure. It is not sent, and leased again.
+		 */
+		while (!stopped && next < nreqs && running < cfg->max_in_flight &&
+			   left_ms > 0 && left_ms >= cfg->timeout_ms / 10)
 		{
 			WebhookRequest *r = &reqs[next++];
 
