@@ -110,7 +110,7 @@ sub worker_pid
 # the other requests by status. Only webhook-id and status are taken (a
 # regular expression is much faster than decoding JSON), from lines the
 # receiver wrote in one piece.
-my (%ok_count, %status_count, %foreign);
+my (%ok_count, %status_count);
 my ($log_pos, $n_requests, $n_unparsed) = (0, 0, 0);
 
 sub read_receiver_log
@@ -250,7 +250,6 @@ note(sprintf('soak: %d s, %d cycles of %.1f s, publishing at %d transactions/s',
 ###########################################################################
 my @terminated;		# pids terminated
 my %memory;			# cycle => sample
-my $memory_pid;
 my %phase_time;		# phase => seconds spent in it
 my $elapsed = 0;
 for my $cycle (1 .. $cycles)
@@ -292,7 +291,6 @@ for my $cycle (1 .. $cycles)
 			my $wait = $end - 3.5 - time();
 			usleep(int(1_000_000 * $wait)) if $wait > 0;
 			my $pid = worker_pid();
-			$memory_pid //= $pid;
 			$memory{$cycle} = memory_sample($pid);
 			$memory{$cycle}{pid} = $pid;
 			$memory{$cycle}{published} = sql('SELECT count(*) FROM soak_published');
