@@ -12,7 +12,8 @@
  *	  slices of 100 ms with CHECK_FOR_INTERRUPTS() between them, the whole
  *	  batch bounded by timeout_ms. No new request starts after a failure
  *	  with ordering 'strict' (what follows is delivered again anyway), nor
- *	  after the destination itself failed (the others would fail alike).
+ *	  after the destination itself failed (the others would fail alike),
+ *	  nor in the last tenth of timeout_ms (it could not be answered).
  * 3. Classify each message (sink.h): 2xx delivered; 408, 425, 429, 5xx and
  *	  a timeout once connected are the message's retryable failures; other
  *	  statuses its permanent failures (redirects are never followed; 410
@@ -258,14 +259,22 @@ request_ok(const WebhookRequest *r)
 	return r->done && r->code == CURLE_OK && r->status >= 200 && r->status < 300;
 }
 
-/* Whether curl had connected a request to the receiver. */
+/*
+ * Whether curl had connected a request to the receiver: it connected, or it
+ * sent the request on a kept-alive connection (which reports no connect
+ * time).
+ */
 static bool
 request_connected(const WebhookRequest *r)
 {
 	curl_off_t	t = 0;
+	long		sent = 0;
 
-	return r->easy != NULL &&
-		curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0;
+	if (r->easy == NULL)
+		return false;
+	if (curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0)
+		return true;
+	return curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent > 0;
 }
 
 /*
@@ -469,8 +478,14 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		elapsed_ms = (long) INSTR_TIME_GET_MILLISEC(now);
 		left_ms = cfg->timeout_ms - elapsed_ms;
 
-		/* Start what the in-flight limit allows, unless the batch stopped. */
-		while (!stopped && next < nreqs && running < cfg->max_in_flight && left_ms > 0)
+		/*
+		 * Start what the in-flight limit allows, unless the batch stopped or
+		 * is in the last tenth of its time: a request started then could
+		 * hardly connect, and its timeout would pass for the destination's
+		 * failure. It is not sent, and leased again.
+		 */
+		while (!stopped && next < nreqs && running < cfg->max_in_flight &&
+			   left_ms > 0 && left_ms >= cfg->timeout_ms / 10)
 		{
 			WebhookRequest *r = &reqs[next++];
 

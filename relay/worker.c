@@ -383,6 +383,15 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	s.disable = r.gone;
 	RelayRecord(p, &s, cxt);
 
+	/*
+	 * A queued message left as it was (not sent, or its destination failed)
+	 * is still due: look at the queue again on the next turn (after the
+	 * hold), or nothing would until another failure queues a message.
+	 */
+	for (i = 0; from_queue && i < n; i++)
+		if (s.disp[i] == RELAY_KEEP)
+			st->retry_check_at = 0;
+
 	if (nqueued > 0)
 	{
 		TimestampTz due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), first_delay);
