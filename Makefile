@@ -6,6 +6,7 @@ OBJS = \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
+	src/publish_rights.o \
 	src/consumer.o \
 	src/relay_control.o \
 	relay/launcher.o \
@@ -16,7 +17,7 @@ OBJS = \
 	relay/message.o \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/attempt_log.o \
-	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o
+	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o relay/secrets.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

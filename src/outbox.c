@@ -35,6 +35,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -233,6 +234,28 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	elog(ERROR, "outbox \"%s\" was admitted but its messages were not inserted", name);
 }
 
+/*
+ * Connects SPI, checks that the caller may publish to the outbox and
+ * becomes the catalog's owner for the writes (src/publish_rights.c). An
+ * error on the way resets the user with the (sub)transaction.
+ */
+static void
+publish_begin(const char *name, Oid *save_userid, int *save_sec_context)
+{
+	GetUserIdAndSecContext(save_userid, save_sec_context);
+	SPI_connect();
+	SetUserIdAndSecContext(TideCatalogOwner(), *save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	TideCheckPublishRight(*save_userid, name);
+}
+
+/* Ends what publish_begin started. */
+static void
+publish_end(Oid save_userid, int save_sec_context)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
 /* SQL: tide.outbox_publish(p_name, p_payload, p_headers) returns the new id */
 Datum
 tide_outbox_publish(PG_FUNCTION_ARGS)
@@ -242,6 +265,8 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	Jsonb	   *headers;
 	bool		isnull;
 	int64		id;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	TideRequirePreload();
 	name = outbox_name_arg(fcinfo);
@@ -254,10 +279,10 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	require_object(payload, "payload");
 	headers = headers_arg(fcinfo, 2);
 
-	SPI_connect();
+	publish_begin(name, &save_userid, &save_sec_context);
 	insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
 	id = TideSpiInt64(1, &isnull);
-	SPI_finish();
+	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
 }
@@ -279,6 +304,8 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	TideRequirePreload();
 	name = outbox_name_arg(fcinfo);
@@ -312,12 +339,12 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 					 errhint("Every element of the array must be a JSON object; nothing was published.")));
 	}
 
-	SPI_connect();
+	publish_begin(name, &save_userid, &save_sec_context);
 	if (count > 0)
 		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
 	else
 		outbox_admit(name, 0);	/* publishes nothing, but checks the outbox */
-	SPI_finish();
+	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(count);
 }

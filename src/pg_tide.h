@@ -22,6 +22,10 @@ extern void TideValidateName(const char *kind, const char *name);
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
 extern int64 TideSpiInt64(int col, bool *isnull);
 
+/* publish_rights.c */
+extern Oid	TideCatalogOwner(void);
+extern void TideCheckPublishRight(Oid userid, const char *outbox);
+
 /* tracker.c: commit-order-safe publish tracker */
 extern Size TrackerShmemSize(void);
 extern void TrackerShmemInit(void *place, bool found);
