@@ -149,7 +149,7 @@ ROLLBACK;
 -- owner) but cannot read the messages table itself
 SELECT tide.create_consumer_group('sec_group', 'sec_orders');
 SET ROLE regress_sec_consumer;
-SELECT id, payload FROM tide.poll_outbox('sec_group', 'c1', 10);
+SELECT payload FROM tide.poll_outbox('sec_group', 'c1', 10);
 SELECT tide.commit_offset('sec_group', 'c1', (SELECT max(id) FROM tide.poll_outbox('sec_group', 'c1', 10)));
 SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
 SELECT pg_temp.try($$SELECT tide.admin_rewind_offset('sec_group', 'c1', 0)$$);
@@ -172,7 +172,7 @@ SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{}')$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 7}')$$);
 RESET ROLE;
 SET ROLE regress_sec_consumer;
-SELECT id, payload FROM tide.poll_outbox('sec_group', 'c2', 10);
+SELECT payload FROM tide.poll_outbox('sec_group', 'c2', 10);
 RESET ROLE;
 SELECT pg_temp.try($$SELECT tide.outbox_create('sec_evil', 24, 10)$$);
 SELECT outbox_name, retention_hours, inline_threshold FROM tide.tide_outbox_config WHERE outbox_name = 'sec_evil';
