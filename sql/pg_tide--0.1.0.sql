@@ -3045,11 +3045,14 @@ DECLARE
 BEGIN
 	FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
 			  WHERE p.pronamespace = 'tide'::regnamespace LOOP
-		-- C functions that run no SQL are left as they are: the id default
-		-- runs once per message.
-		-- inbox_process runs the caller's handler in the caller's setting;
-		-- its own statements name pg_catalog explicitly.
+		-- Left as they are: C functions that run no SQL (the id default runs
+		-- once per message); publishing, the hot path, whose statements name
+		-- every object with its schema (src/outbox.c); inbox_process, which
+		-- runs the caller's handler in the caller's setting (its own
+		-- statements name pg_catalog explicitly).
 		CONTINUE WHEN f IN ('tide.inbox_process(text, regproc, int)'::regprocedure,
+							'tide.outbox_publish(text, jsonb, jsonb)'::regprocedure,
+							'tide.outbox_publish_batch(text, jsonb[], jsonb)'::regprocedure,
 							'tide._next_message_id()'::regprocedure, 'tide._safe_horizon()'::regprocedure,
 							'tide._oldest_open_publish_age()'::regprocedure,
 							'tide._relay_wake_worker()'::regprocedure,

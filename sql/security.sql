@@ -14,7 +14,7 @@ SELECT count(*) AS public_functions FROM pg_proc p
 SELECT count(*) AS public_relations FROM pg_class c
  WHERE c.relnamespace = 'tide'::regnamespace AND c.relkind IN ('r', 'v', 'S')
    AND (c.relacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0));
--- every function but inbox_process and a few C functions runs with a fixed search_path
+-- every function but inbox_process, publishing and a few C functions runs with a fixed search_path
 SELECT p.oid::regprocedure AS without_search_path FROM pg_proc p
  WHERE p.pronamespace = 'tide'::regnamespace
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
@@ -166,11 +166,17 @@ CREATE OPERATOR regress_sec_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = 
 CREATE TABLE regress_sec_evil.pg_roles (rolname name, oid oid, rolsuper boolean);
 GRANT USAGE ON SCHEMA regress_sec_evil TO PUBLIC;
 SET search_path = regress_sec_evil, pg_catalog, public;
+-- the shadowing is live for the caller's own statements
+SELECT 'sec_missing'::text = 'sec_orders'::text AS shadowed_equals;
+SELECT coalesce(5::bigint, 1) AS keyword, regress_sec_evil.coalesce(5::bigint, 1) AS shadow, count(*) AS shadowed_table FROM pg_roles;
 SET ROLE regress_sec_app;
 -- the shadowing "=" would match every outbox name; the publish still fails for sec_missing
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{}')$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 7}')$$);
 RESET ROLE;
+-- the owner, who may publish anywhere: still no outbox sec_missing
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('sec_missing', ARRAY['{}']::jsonb[])$$);
 SET ROLE regress_sec_consumer;
 SELECT payload FROM tide.poll_outbox('sec_group', 'c2', 10);
 RESET ROLE;

@@ -31,6 +31,10 @@
  * Under REPEATABLE READ the snapshot is older than the lock, so there the
  * INSERT also locks the config row (FOR KEY SHARE) and fails with a
  * serialization error if a drop removed it.
+ *
+ * The statements name every function, operator and type with its schema:
+ * they run with the caller's search_path (a fixed one would cost every
+ * publish a GUC change), and must not resolve anything through it.
  */
 #include "postgres.h"
 
@@ -61,22 +65,22 @@ static SPIPlanPtr insert_batch_plan[2] = {NULL, NULL};
  */
 #define ADMITTED_BY_BOUND \
 	"c.enabled AND ($4 OR" \
-	"  coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::regclass)" \
-	"           - (SELECT m.id FROM tide.tide_outbox_messages m" \
-	"               WHERE m.outbox_name = c.outbox_name AND m.consumed_at IS NULL" \
-	"               ORDER BY m.outbox_name, m.id LIMIT 1) + 1, 0)" \
-	"  + $5 <= c.inline_threshold)"
+	"  coalesce(pg_catalog.pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::pg_catalog.regclass)" \
+	"           OPERATOR(pg_catalog.-) (SELECT m.id FROM tide.tide_outbox_messages m" \
+	"               WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name AND m.consumed_at IS NULL" \
+	"               ORDER BY m.outbox_name, m.id LIMIT 1) OPERATOR(pg_catalog.+) 1, 0)" \
+	"  OPERATOR(pg_catalog.+) $5 OPERATOR(pg_catalog.<=) c.inline_threshold)"
 
 /* The INSERTs of the fast path, without their locking clause. */
 #define INSERT_ONE_SQL \
 	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
 	" SELECT c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
-	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND
+	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND
 #define INSERT_BATCH_SQL \
 	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
 	" SELECT c.outbox_name, p.payload, $3" \
-	"   FROM tide.tide_outbox_config c, unnest($2) WITH ORDINALITY AS p (payload, n)" \
-	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND \
+	"   FROM tide.tide_outbox_config c, pg_catalog.unnest($2) WITH ORDINALITY AS p (payload, n)" \
+	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
 	"  ORDER BY p.n"
 
 /* The outbox name argument, validated. */
@@ -140,11 +144,11 @@ outbox_admit(const char *name, int64 n)
 	if (SPI_execute_plan(TidePlan(&admit_plan,
 								  "SELECT c.enabled, c.inline_threshold::bigint,"
 								  "       greatest(tide._outbox_low_water(c.outbox_name),"
-								  "                (SELECT m.id - 1 FROM tide.tide_outbox_messages m"
-								  "                  WHERE m.outbox_name = c.outbox_name"
+								  "                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m"
+								  "                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name"
 								  "                    AND m.consumed_at IS NULL"
 								  "                  ORDER BY m.outbox_name, m.id LIMIT 1))"
-								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name = $1",
+								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1",
 								  1, admit_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
@@ -169,8 +173,9 @@ outbox_admit(const char *name, int64 n)
 	args[1] = Int64GetDatum(low);
 	args[2] = Int64GetDatum(threshold);
 	if (SPI_execute_plan(TidePlan(&count_plan,
-								  "SELECT count(*) FROM (SELECT 1 FROM tide.tide_outbox_messages m"
-								  "  WHERE m.outbox_name = $1 AND m.consumed_at IS NULL AND m.id > $2"
+								  "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM tide.tide_outbox_messages m"
+								  "  WHERE m.outbox_name OPERATOR(pg_catalog.=) $1 AND m.consumed_at IS NULL"
+								  "    AND m.id OPERATOR(pg_catalog.>) $2"
 								  "  LIMIT $3) s",
 								  3, count_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
