@@ -7,6 +7,7 @@ OBJS = \
 	src/wake.o \
 	src/outbox.o \
 	src/limits.o \
+	src/publish_rights.o \
 	src/consumer.o \
 	src/relay_control.o \
 	relay/launcher.o \
@@ -17,7 +18,7 @@ OBJS = \
 	relay/message.o \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
-	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o
+	relay/filter.o relay/pacing.o relay/retention.o relay/signature.o relay/secrets.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

@@ -108,6 +108,15 @@ RelayDefineGucs(void)
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomStringVariable("pg_tide.secrets_directory",
+							   "The directory whose files pipelines may name as secrets.",
+							   "A pipeline's {\"file\": \"name\"} reads the file of that name directly "
+							   "inside this directory. Empty: file references are refused.",
+							   &RelaySecretsDirectory,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
 	DefineCustomStringVariable("pg_tide.operator_events_outbox",
 							   "The outbox that relay operator events are published to.",
 							   "Events when a pipeline's failures in a row reach 50, 70, 90 and 100 % "

@@ -8,7 +8,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/builtins.h"
 
 #include "pg_tide.h"
 #include "relay.h"
@@ -16,6 +18,63 @@
 /* The statements of every pass, planned once. */
 static SPIPlanPtr any_enabled_plan = NULL;
 static SPIPlanPtr pipelines_plan = NULL;
+static SPIPlanPtr secret_failed_plan = NULL;
+static SPIPlanPtr secret_ok_plan = NULL;
+
+/*
+ * A header or signing secret value (a jsonb expression v) as the worker
+ * gets it: a string as it is, {"value": ...} its value, a reference to a
+ * secret marked for secrets.c ("\x01env:NAME", "\x01file:NAME").
+ */
+#define SECRET_VALUE(v) \
+	"CASE WHEN jsonb_typeof(" v ") = 'string' THEN " v " #>> '{}'" \
+	"     WHEN " v " ? 'value' THEN " v " ->> 'value'" \
+	"     WHEN " v " ? 'env' THEN E'\\x01env:' || (" v " ->> 'env')" \
+	"     ELSE E'\\x01file:' || (" v " ->> 'file') END"
+
+/*
+ * Records that a pipeline's secret reference cannot be read, as its error
+ * in relay_pipeline_health (and so relay_pipeline_status), and logs it
+ * when it is new; the pipeline is passed over until it can be read.
+ */
+static void
+secret_failed(const char *pipeline, const char *error)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(pipeline), CStringGetTextDatum(error)};
+
+	if (SPI_execute_plan(TidePlan(&secret_failed_plan,
+								  "INSERT INTO tide.relay_pipeline_health AS h"
+								  "  (pipeline_id, consecutive_failures, last_failure_at, last_error_class, last_error)"
+								  " VALUES ($1, 1, now(), 'secret_reference', $2)"
+								  " ON CONFLICT (pipeline_id) DO UPDATE"
+								  "   SET consecutive_failures = greatest(h.consecutive_failures, 1),"
+								  "       last_failure_at = now(), last_error_class = 'secret_reference',"
+								  "       last_error = $2, updated_at = now()"
+								  " WHERE h.last_error IS DISTINCT FROM $2"
+								  "    OR h.last_error_class IS DISTINCT FROM 'secret_reference'",
+								  2, types),
+						 args, NULL, false, 0) == SPI_OK_INSERT && SPI_processed > 0)
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is passed over: %s", pipeline, error),
+				 errhint("Set the secret it refers to, or change the pipeline with tide.relay_set_outbox().")));
+}
+
+/* Clears a secret reference error recorded for a pipeline that can be read again. */
+static void
+secret_ok(const char *pipeline)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(pipeline)};
+
+	SPI_execute_plan(TidePlan(&secret_ok_plan,
+							  "UPDATE tide.relay_pipeline_health"
+							  "   SET consecutive_failures = 0, last_error_class = NULL, last_error = NULL,"
+							  "       updated_at = now()"
+							  " WHERE pipeline_id = $1 AND last_error_class = 'secret_reference'",
+							  1, types),
+					 args, NULL, false, 0);
+}
 
 /*
  * The database's enabled pipelines that the relay can deliver, copied into
@@ -58,14 +117,16 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 					"       CASE WHEN jsonb_typeof(config -> 'timeout_ms') = 'number'"
 					"            THEN least(greatest((config ->> 'timeout_ms')::numeric, 100), 600000)::int"
 					"            ELSE 10000 END,"
-					"       (SELECT string_agg(key || ': ' || value, E'\\n' ORDER BY key)"
-					"          FROM jsonb_each_text(CASE WHEN jsonb_typeof(config -> 'headers') = 'object'"
-					"                                    THEN config -> 'headers' ELSE '{}' END)),"
-					"       (SELECT string_agg(substr(e, 7), ' ')"
-					"          FROM jsonb_array_elements_text(CASE jsonb_typeof(config -> 'signing_secret')"
+					"       (SELECT string_agg(key || ': ' || " SECRET_VALUE("value") ", E'\\n' ORDER BY key)"
+					"          FROM jsonb_each(CASE WHEN jsonb_typeof(config -> 'headers') = 'object'"
+					"                               THEN config -> 'headers' ELSE '{}' END)),"
+					"       (SELECT string_agg(CASE jsonb_typeof(e) WHEN 'string' THEN substr(e #>> '{}', 7)"
+					"                          ELSE " SECRET_VALUE("e") " END, ' ' ORDER BY n)"
+					"          FROM jsonb_array_elements(CASE jsonb_typeof(config -> 'signing_secret')"
 					"                 WHEN 'array' THEN config -> 'signing_secret'"
 					"                 WHEN 'string' THEN jsonb_build_array(config -> 'signing_secret')"
-					"                 ELSE '[]' END) e),"
+					"                 WHEN 'object' THEN jsonb_build_array(config -> 'signing_secret')"
+					"                 ELSE '[]' END) WITH ORDINALITY AS a (e, n)),"
 					"       config ->> 'signature' IS NOT DISTINCT FROM 'pg-tide',"
 					"       config -> 'allow_http' IS NOT DISTINCT FROM 'true'::jsonb,"
 					"       config -> 'allow_private_network' IS NOT DISTINCT FROM 'true'::jsonb,"
@@ -93,10 +154,14 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 					" ORDER BY name", 0, NULL),
 						 NULL, NULL, true, 0) == SPI_OK_SELECT)
 	{
-		for (i = 0; i < SPI_processed; i++)
+		/* secret_failed() and secret_ok() run statements of their own */
+		SPITupleTable *rows = SPI_tuptable;
+		uint64		nrows = SPI_processed;
+
+		for (i = 0; i < nrows; i++)
 		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
+			HeapTuple	tup = rows->vals[i];
+			TupleDesc	desc = rows->tupdesc;
 			MemoryContext old = MemoryContextSwitchTo(cxt);
 			RelayPipeline *p = palloc0(sizeof(RelayPipeline));
 			bool		isnull;
@@ -154,6 +219,20 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 				w->headers = v ? pstrdup(v) : NULL;
 				v = SPI_getvalue(tup, desc, 13);
 				w->secrets = v ? pstrdup(v) : NULL;
+				if ((w->headers && strchr(w->headers, '\x01')) || (w->secrets && strchr(w->secrets, '\x01')))
+				{
+					char	   *error = NULL;
+
+					if (!RelayResolveSecrets(w, &error))
+					{
+						MemoryContextSwitchTo(old);
+						secret_failed(p->name, error);
+						continue;
+					}
+					MemoryContextSwitchTo(old);
+					secret_ok(p->name);
+					MemoryContextSwitchTo(cxt);
+				}
 				w->pg_tide_signature = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 				w->allow_http = DatumGetBool(SPI_getbinval(tup, desc, 15, &isnull));
 				w->allow_private_network = DatumGetBool(SPI_getbinval(tup, desc, 16, &isnull));

@@ -233,6 +233,10 @@ extern bool RelayTryLockTable(const char *relname, LOCKMODE mode);
 /* pipelines.c */
 extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 
+/* secrets.c */
+extern char *RelaySecretsDirectory;
+extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
+
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
 

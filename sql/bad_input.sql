@@ -322,7 +322,16 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.outbox_sweep('bi_orders', 10001)$c$),
 	('22004', $c$SELECT tide.outbox_sweep('bi_orders', 100, NULL)$c$),
 	('22023', $c$SELECT tide.outbox_sweep('bi_orders', 100, false, interval '-1 hour')$c$),
-	('22023', $c$SELECT tide.outbox_sweep('bi_orders', 100, false, interval '1000 years')$c$);
+	('22023', $c$SELECT tide.outbox_sweep('bi_orders', 100, false, interval '1000 years')$c$),
+	('22004', $c$SELECT tide.outbox_grant_publish(NULL, 'tide_publisher')$c$),
+	('22004', $c$SELECT tide.outbox_grant_publish('bi_orders', NULL)$c$),
+	('22023', $c$SELECT tide.outbox_grant_publish('bi_orders"; GRANT tide_admin TO PUBLIC; --', 'tide_publisher')$c$),
+	('42704', $c$SELECT tide.outbox_grant_publish('bi_orders', '')$c$),
+	('42704', $c$SELECT tide.outbox_grant_publish('bi_orders', 'tide_publisher; DROP ROLE tide_admin')$c$),
+	('42704', $c$SELECT tide.outbox_grant_publish('bi_nope', 'tide_publisher')$c$),
+	('22004', $c$SELECT tide.outbox_revoke_publish(NULL, 'tide_publisher')$c$),
+	('22004', $c$SELECT tide.outbox_revoke_publish('bi_orders', NULL)$c$),
+	('42704', $c$SELECT tide.outbox_revoke_publish('bi_orders', 'no such role')$c$);
 
 -- Run them, with a payload limit of 64kB (the payloads above have 100kB).
 SET pg_tide.max_payload_bytes = '64kB';

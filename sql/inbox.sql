@@ -67,7 +67,7 @@ CREATE SCHEMA regress_inbox_open;
 GRANT USAGE ON SCHEMA tide TO regress_tide_inbox_user;
 GRANT USAGE, CREATE ON SCHEMA regress_inbox_open TO regress_tide_inbox_user;
 GRANT USAGE ON SCHEMA "App Schema" TO regress_tide_inbox_user;
-GRANT SELECT, INSERT ON tide.tide_inbox_config TO regress_tide_inbox_user;
+GRANT tide_admin TO regress_tide_inbox_user;
 SET ROLE regress_tide_inbox_user;
 SELECT pg_temp.try($$SELECT tide.inbox_create('mine')$$);
 SELECT pg_temp.try($$SELECT tide.inbox_create('mine', 'App Schema')$$);
@@ -79,7 +79,7 @@ SELECT tide.inbox_drop('mine');
 DROP SCHEMA regress_inbox_open;
 REVOKE ALL ON SCHEMA tide FROM regress_tide_inbox_user;
 REVOKE ALL ON SCHEMA "App Schema" FROM regress_tide_inbox_user;
-REVOKE ALL ON tide.tide_inbox_config FROM regress_tide_inbox_user;
+REVOKE tide_admin FROM regress_tide_inbox_user;
 DROP ROLE regress_tide_inbox_user;
 
 -- receive: true when new, false for a duplicate, which changes nothing

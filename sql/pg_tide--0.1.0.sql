@@ -1243,6 +1243,10 @@ BEGIN
 				   p_schema, tbl);
 	EXECUTE format('COMMENT ON TABLE %I.%I IS %L', p_schema, tbl,
 				   format('pg_tide inbox %s', p_name));
+	-- The inbox functions run as their caller (docs/security.md).
+	EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO tide_admin, tide_consumer',
+				   p_schema, tbl);
+	EXECUTE format('GRANT SELECT ON %I.%I TO tide_reader', p_schema, tbl);
 END
 $$;
 COMMENT ON FUNCTION tide.inbox_create(text, text, int, int, int)
@@ -1534,10 +1538,10 @@ BEGIN
 	END IF;
 	PERFORM tide._check_batch_size(p_batch_size);
 	tbl := tide._inbox_table(cfg);
-	rowtype := (SELECT c.reltype FROM pg_class c WHERE c.oid = tbl::regclass);
+	rowtype := (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid = tbl::regclass);
 	SELECT n.nspname, p.proname, p.pronargs, p.proargtypes[0] AS argtype, p.prokind
 	  INTO h
-	  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+	  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 	 WHERE p.oid = p_handler;
 	IF NOT FOUND OR h.prokind <> 'f' OR h.pronargs <> 1 OR h.argtype <> rowtype THEN
 		RAISE EXCEPTION 'handler % must be a function of one argument of type %',
@@ -1915,15 +1919,53 @@ BEGIN
 END
 $$;
 
--- Validates one signing secret: "whsec_" and base64 of at least one byte.
+-- Validates a reference to a secret kept outside the database: {"env":
+-- "PG_TIDE_..."} names an environment variable of the server, {"file":
+-- "name"} a file in pg_tide.secrets_directory. The relay reads it when it
+-- reads the pipeline (relay/secrets.c); docs/security.md#secret-references.
+CREATE FUNCTION tide._relay_check_secret_ref(p_key text, p_ref jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+	hint text := format('Give "%s" as {"env": "PG_TIDE_<NAME>"} or {"file": "<file name in pg_tide.secrets_directory>"}.', p_key);
+BEGIN
+	IF (SELECT count(*) FROM jsonb_object_keys(p_ref)) <> 1
+	   OR NOT (p_ref ? 'env' OR p_ref ? 'file') THEN
+		PERFORM tide._relay_bad_config(format('config key "%s" is not a valid secret reference', p_key), hint);
+	END IF;
+	IF jsonb_typeof(p_ref -> 'env') = 'string' THEN
+		IF (p_ref ->> 'env') !~ '^PG_TIDE_[A-Za-z0-9_]+$' THEN
+			PERFORM tide._relay_bad_config(
+				format('environment variable "%s" in config key "%s" does not start with "PG_TIDE_"', p_ref ->> 'env', p_key),
+				'Only environment variables named PG_TIDE_<letters, digits, _> can hold secrets.');
+		END IF;
+	ELSIF jsonb_typeof(p_ref -> 'file') = 'string' THEN
+		IF (p_ref ->> 'file') !~ '^[A-Za-z0-9_][A-Za-z0-9._-]*$' OR octet_length(p_ref ->> 'file') > 255 THEN
+			PERFORM tide._relay_bad_config(
+				format('file "%s" in config key "%s" is not a plain file name', p_ref ->> 'file', p_key),
+				'Give the name of a file in pg_tide.secrets_directory: letters, digits, ".", "_" and "-", no "/", not starting with ".".');
+		END IF;
+	ELSE
+		PERFORM tide._relay_bad_config(format('config key "%s" is not a valid secret reference', p_key), hint);
+	END IF;
+END
+$$;
+
+-- Validates one signing secret: "whsec_" and base64 of at least one byte,
+-- or a reference (the relay checks the form of what it refers to).
 CREATE FUNCTION tide._relay_check_secret(p_secret jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
-	hint text := 'Give "signing_secret" as "whsec_<base64>", or an array of such strings to rotate secrets.';
+	hint text := 'Give "signing_secret" as "whsec_<base64>" or {"env": ...} / {"file": ...}, or an array of such to rotate secrets.';
 	ok boolean;
 BEGIN
+	IF jsonb_typeof(p_secret) = 'object' THEN
+		PERFORM tide._relay_check_secret_ref('signing_secret', p_secret);
+		RETURN;
+	END IF;
 	PERFORM tide._relay_check_type('signing_secret', p_secret, 'string', hint);
 	IF (p_secret #>> '{}') !~ '^whsec_' THEN
 		PERFORM tide._relay_bad_config('config key "signing_secret" must start with "whsec_"', hint);
@@ -2073,6 +2115,19 @@ BEGIN
 					format('Remove "%s" from "headers"; pg_tide sets %s itself.', h.key,
 						   array_to_string(reserved, ', ')));
 			END IF;
+			-- A value marked secret is redacted; a reference is read by the relay.
+			IF jsonb_typeof(h.value) = 'object' AND NOT h.value ? 'value' THEN
+				PERFORM tide._relay_check_secret_ref(format('headers.%s', h.key), h.value);
+				CONTINUE;
+			END IF;
+			IF jsonb_typeof(h.value) = 'object' THEN
+				PERFORM tide._relay_check_keys(h.value, ARRAY['value', 'secret'], format('headers.%s.', h.key));
+				IF h.value ? 'secret' THEN
+					PERFORM tide._relay_check_type(format('headers.%s.secret', h.key), h.value -> 'secret', 'boolean',
+						'Give "secret" as true or false.');
+				END IF;
+				h.value := h.value -> 'value';
+			END IF;
 			IF jsonb_typeof(h.value) <> 'string' OR (h.value #>> '{}') ~ '[\r\n\x01-\x08\x0b\x0c\x0e-\x1f\x7f]' THEN
 				PERFORM tide._relay_bad_config(format('header "%s" in config key "headers" must have a string value', h.key),
 					'Give each header in "headers" a string value without line breaks or control characters.');
@@ -2157,8 +2212,10 @@ BEGIN
 END
 $$;
 
--- The config with secrets replaced by "********": signing_secret, and the
--- values of headers whose name contains authorization, token, secret or key.
+-- The config with secrets replaced by "********": signing_secret, the
+-- values of headers marked {"secret": true}, and the values of headers whose
+-- name contains authorization, token, secret or key. References to secrets
+-- ({"env": ...}, {"file": ...}) are shown: they are names, not secrets.
 CREATE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
@@ -2167,14 +2224,21 @@ AS $$
 		|| CASE WHEN p_config ? 'signing_secret' THEN
 				jsonb_build_object('signing_secret',
 					CASE WHEN jsonb_typeof(p_config -> 'signing_secret') = 'array'
-						 THEN (SELECT jsonb_agg('********'::text)
-								 FROM jsonb_array_elements(p_config -> 'signing_secret'))
+						 THEN (SELECT jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e
+													 ELSE '"********"' END ORDER BY n)
+								 FROM jsonb_array_elements(p_config -> 'signing_secret') WITH ORDINALITY AS a (e, n))
+						 WHEN jsonb_typeof(p_config -> 'signing_secret') = 'object'
+						 THEN p_config -> 'signing_secret'
 						 ELSE '"********"' END)
 		   ELSE '{}' END
 		|| CASE WHEN jsonb_typeof(p_config -> 'headers') = 'object' THEN
 				jsonb_build_object('headers', coalesce((
 					SELECT jsonb_object_agg(key,
-							CASE WHEN lower(key) ~ '(authorization|token|secret|key)'
+							CASE WHEN jsonb_typeof(value) = 'object' AND value ? 'value'
+									  AND (value -> 'secret' = 'true' OR lower(key) ~ '(authorization|token|secret|key)')
+								 THEN value || '{"value": "********"}'
+								 WHEN jsonb_typeof(value) = 'object' THEN value
+								 WHEN lower(key) ~ '(authorization|token|secret|key)'
 								 THEN '"********"' ELSE value END)
 					  FROM jsonb_each(p_config -> 'headers')), '{}'))
 		   ELSE '{}' END
@@ -3035,7 +3099,232 @@ COMMENT ON VIEW tide.outbox_retention_status
 	IS 'per outbox: messages, past retention, deletable now by tide.outbox_sweep, and what holds the rest back';
 
 -- ---------------------------------------------------------------------------
--- Privileges. The tables are the owner's; roles that publish or consume get
--- grants from the owner. Moving a group's position by hand is for operators.
+-- Publishing rights (docs/security.md#publishing-rights). A role may publish
+-- to an outbox when it has the privileges of a grantee listed here (role
+-- membership with INHERIT), of tide_admin, of the extension's owner, or is
+-- a superuser. tide.outbox_publish checks it in C (src/publish_rights.c)
+-- against the caller's identity; each backend caches the answers until this
+-- table or a role membership changes.
 -- ---------------------------------------------------------------------------
-REVOKE ALL ON FUNCTION tide.admin_rewind_offset(text, text, bigint, boolean) FROM PUBLIC;
+CREATE TABLE tide.outbox_publish_grants (
+	outbox_name	text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	grantee		regrole NOT NULL,
+	granted_by	regrole,
+	granted_at	timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (outbox_name, grantee)
+);
+COMMENT ON TABLE tide.outbox_publish_grants
+	IS 'Per outbox: the roles (and, by inheritance, their members) that may publish to it';
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_publish_grants', '');
+
+-- Makes every backend forget its cached publishing rights at commit.
+CREATE FUNCTION tide._publish_rights_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tide_publish_rights_changed'
+LANGUAGE C VOLATILE;
+CREATE TRIGGER outbox_publish_grants_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.outbox_publish_grants
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._publish_rights_changed();
+
+-- The oid of an existing role, or 42704.
+CREATE FUNCTION tide._role(p_role text)
+RETURNS regrole
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+	r oid;
+BEGIN
+	IF p_role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the name of an existing role, as in pg_roles.rolname.';
+	END IF;
+	SELECT a.oid INTO r FROM pg_catalog.pg_roles a WHERE a.rolname = p_role;
+	IF r IS NULL THEN
+		RAISE EXCEPTION 'role "%" does not exist', p_role
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Give the name of an existing role, as in pg_roles.rolname.';
+	END IF;
+	RETURN r::regrole;
+END
+$$;
+
+CREATE FUNCTION tide.outbox_grant_publish(p_outbox text, p_role text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_outbox);
+	INSERT INTO tide.outbox_publish_grants (outbox_name, grantee, granted_by)
+	VALUES (p_outbox, tide._role(p_role), current_user::regrole)
+	ON CONFLICT (outbox_name, grantee) DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_grant_publish(text, text)
+	IS 'lets a role and the members that inherit its privileges publish to an outbox';
+
+CREATE FUNCTION tide.outbox_revoke_publish(p_outbox text, p_role text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_outbox);
+	DELETE FROM tide.outbox_publish_grants
+	 WHERE outbox_name = p_outbox AND grantee = tide._role(p_role);
+	IF NOT FOUND THEN
+		RAISE NOTICE 'role "%" had no right to publish to outbox "%"', p_role, p_outbox;
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_revoke_publish(text, text)
+	IS 'takes back a role''s right to publish to an outbox';
+
+-- A file pipeline appends to a server file as the server's operating
+-- system user: whoever writes such a row, through relay_set_outbox or by
+-- hand, must be a superuser or a member of pg_write_server_files. Runs as
+-- the role that writes the row.
+CREATE FUNCTION tide._relay_check_file_sink()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF NEW.config ->> 'sink_type' = 'file'
+	   AND (TG_OP = 'INSERT'
+			OR OLD.config ->> 'sink_type' IS DISTINCT FROM 'file'
+			OR OLD.config -> 'path' IS DISTINCT FROM NEW.config -> 'path')
+	   AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = current_user::regrole)
+	   AND NOT pg_catalog.pg_has_role(current_user, 'pg_write_server_files', 'MEMBER') THEN
+		RAISE EXCEPTION 'permission denied to set a file pipeline'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'The relay writes the file as the operating system user of the server.',
+				  HINT = 'Only superusers and members of pg_write_server_files may set a file pipeline.';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER relay_outbox_config_file_sink
+	BEFORE INSERT OR UPDATE ON tide.relay_outbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_check_file_sink();
+
+-- ---------------------------------------------------------------------------
+-- Privileges (docs/security.md). Four roles, cluster-wide, created when
+-- missing and left in place by DROP EXTENSION:
+--   tide_admin      the whole API, and the catalog tables (it is trusted to
+--                   run pg_tide; the file-sink trigger above still applies)
+--   tide_publisher  outbox_publish(_batch), for the outboxes granted to it
+--   tide_consumer   the consumer-group and inbox APIs
+--   tide_reader     the status views and functions
+-- PUBLIC gets nothing. Functions that a consumer or reader calls but that
+-- touch tables they may not touch run as the owner (SECURITY DEFINER);
+-- outbox_publish runs as the caller, checks the caller's right, and does
+-- its writes as the owner (src/publish_rights.c). Every function runs with
+-- search_path = pg_catalog, pg_temp, so that no name in the extension is
+-- resolved through the caller's search_path.
+-- ---------------------------------------------------------------------------
+DO $$
+DECLARE
+	r text;
+BEGIN
+	FOREACH r IN ARRAY ARRAY['tide_admin', 'tide_publisher', 'tide_consumer', 'tide_reader'] LOOP
+		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+		END IF;
+	END LOOP;
+END
+$$;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA tide FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA tide FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA tide FROM PUBLIC;
+GRANT USAGE ON SCHEMA tide TO tide_admin, tide_publisher, tide_consumer, tide_reader;
+
+-- tide_admin: every function and every table.
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA tide TO tide_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA tide TO tide_admin;
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA tide TO tide_admin;
+
+-- tide_publisher: publishing, subject to the per-outbox rights.
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text, jsonb, jsonb),
+	tide.outbox_publish_batch(text, jsonb[], jsonb) TO tide_publisher;
+
+-- tide_consumer: consumer groups (these write offsets and leases, so they
+-- run as the owner) and inboxes (these run as the caller: inbox_process
+-- calls the caller's handler; inbox_create grants each inbox table to
+-- tide_consumer).
+GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int),
+	tide.wait_for_messages(text, int),
+	tide.commit_offset(text, text, bigint),
+	tide.consumer_heartbeat(text, text),
+	tide.extend_lease(text, text, int),
+	tide.release_lease(text, text),
+	tide.inbox_receive(text, text, jsonb, jsonb, text),
+	tide.inbox_receive_batch(text, jsonb),
+	tide.inbox_claim(text, int, int),
+	tide.inbox_mark_processed(text, text),
+	tide.inbox_mark_failed(text, text, text),
+	tide.inbox_process(text, regproc, int),
+	tide.inbox_dlq(text),
+	tide.inbox_status(text),
+	tide._check_inbox_name(text),
+	tide._inbox_config(text),
+	tide._inbox_table(tide.tide_inbox_config),
+	tide._check_event_id(text),
+	tide._check_batch_size(int),
+	tide._inbox_lock_message(tide.tide_inbox_config, text),
+	tide._inbox_status(tide.tide_inbox_config) TO tide_consumer;
+GRANT SELECT ON tide.tide_inbox_config TO tide_consumer;
+ALTER FUNCTION tide.poll_outbox(text, text, int, int) SECURITY DEFINER;
+ALTER FUNCTION tide.wait_for_messages(text, int) SECURITY DEFINER;
+ALTER FUNCTION tide.commit_offset(text, text, bigint) SECURITY DEFINER;
+ALTER FUNCTION tide.consumer_heartbeat(text, text) SECURITY DEFINER;
+ALTER FUNCTION tide.extend_lease(text, text, int) SECURITY DEFINER;
+ALTER FUNCTION tide.release_lease(text, text) SECURITY DEFINER;
+
+-- tide_reader: status. The views read their tables as the owner; the
+-- functions they call and the tables those read are granted here. The
+-- pipeline configs (secrets), the messages, dead letters and attempts
+-- (payloads and responses) are not.
+GRANT SELECT ON tide.consumer_lag, tide.relay_pipeline_lag, tide.relay_pipeline_status,
+	tide.outbox_retention_status,
+	tide.tide_outbox_config, tide.tide_consumer_groups, tide.tide_consumer_offsets,
+	tide.tide_consumer_leases, tide.tide_inbox_config, tide.relay_consumer_offsets,
+	tide.relay_pipeline_health, tide.outbox_publish_grants TO tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_status(text),
+	tide.inbox_status(text),
+	tide.relay_workers(),
+	tide.relay_dlq_stats(),
+	tide._group_position(text),
+	tide._outbox_retention(text, interval),
+	tide._inbox_status(tide.tide_inbox_config),
+	tide._inbox_table(tide.tide_inbox_config) TO tide_reader;
+ALTER FUNCTION tide.outbox_status(text) SECURITY DEFINER;
+ALTER FUNCTION tide.relay_dlq_stats() SECURITY DEFINER;
+ALTER FUNCTION tide._outbox_retention(text, interval) SECURITY DEFINER;
+
+-- Every function: a fixed search_path.
+DO $$
+DECLARE
+	f regprocedure;
+BEGIN
+	FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
+			  WHERE p.pronamespace = 'tide'::regnamespace LOOP
+		-- Left as they are: C functions that run no SQL (the id default runs
+		-- once per message); publishing, the hot path, whose statements name
+		-- every object with its schema (src/outbox.c); inbox_process, which
+		-- runs the caller's handler in the caller's setting (its own
+		-- statements name pg_catalog explicitly).
+		CONTINUE WHEN f IN ('tide.inbox_process(text, regproc, int)'::regprocedure,
+							'tide.outbox_publish(text, jsonb, jsonb)'::regprocedure,
+							'tide.outbox_publish_batch(text, jsonb[], jsonb)'::regprocedure,
+							'tide._next_message_id()'::regprocedure, 'tide._safe_horizon()'::regprocedure,
+							'tide._oldest_open_publish_age()'::regprocedure,
+							'tide._relay_wake_worker()'::regprocedure,
+							'tide._relay_notify_launcher()'::regprocedure,
+							'tide.relay_workers()'::regprocedure,
+							'tide._relay_routing_check(jsonb, jsonb)'::regprocedure,
+							'tide.relay_filter_matches(jsonb, jsonb, jsonb)'::regprocedure,
+							'tide._publish_rights_changed()'::regprocedure);
+		EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', f);
+	END LOOP;
+END
+$$;

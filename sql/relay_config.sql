@@ -235,11 +235,14 @@ SELECT config ->> 'path' AS path, config -> 'batch_size' AS batch_size FROM tide
 -- a file pipeline writes as the server's OS user: superusers and pg_write_server_files only
 CREATE ROLE regress_tide_file_user;
 GRANT USAGE ON SCHEMA tide TO regress_tide_file_user;
-GRANT SELECT ON tide.tide_outbox_config TO regress_tide_file_user;
+GRANT tide_admin TO regress_tide_file_user;
 SET ROLE regress_tide_file_user;
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file2', 'rc_orders', 'rc_file2_group', '{"sink_type": "file", "path": "/tmp/x"}')$$);
+-- tide_admin may write the table, but not a file pipeline (the table's trigger)
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_file3', '{"sink_type": "file", "path": "/tmp/x", "outbox": "rc_orders", "consumer_group": "rc_file3_group"}')$$);
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"path": "/tmp/y"}' WHERE name = 'rc_file'$$);
 RESET ROLE;
-REVOKE ALL ON tide.tide_outbox_config FROM regress_tide_file_user;
+REVOKE tide_admin FROM regress_tide_file_user;
 REVOKE ALL ON SCHEMA tide FROM regress_tide_file_user;
 DROP ROLE regress_tide_file_user;
 SELECT tide.relay_delete('rc_file');

@@ -31,10 +31,15 @@
  * Under REPEATABLE READ the snapshot is older than the lock, so there the
  * INSERT also locks the config row (FOR KEY SHARE) and fails with a
  * serialization error if a drop removed it.
+ *
+ * The statements name every function, operator and type with its schema:
+ * they run with the caller's search_path (a fixed one would cost every
+ * publish a GUC change), and must not resolve anything through it.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -60,22 +65,22 @@ static SPIPlanPtr insert_batch_plan[2] = {NULL, NULL};
  */
 #define ADMITTED_BY_BOUND \
 	"c.enabled AND ($4 OR" \
-	"  coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::regclass)" \
-	"           - (SELECT m.id FROM tide.tide_outbox_messages m" \
-	"               WHERE m.outbox_name = c.outbox_name AND m.consumed_at IS NULL" \
-	"               ORDER BY m.outbox_name, m.id LIMIT 1) + 1, 0)" \
-	"  + $5 <= c.inline_threshold)"
+	"  coalesce(pg_catalog.pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::pg_catalog.regclass)" \
+	"           OPERATOR(pg_catalog.-) (SELECT m.id FROM tide.tide_outbox_messages m" \
+	"               WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name AND m.consumed_at IS NULL" \
+	"               ORDER BY m.outbox_name, m.id LIMIT 1) OPERATOR(pg_catalog.+) 1, 0)" \
+	"  OPERATOR(pg_catalog.+) $5 OPERATOR(pg_catalog.<=) c.inline_threshold)"
 
 /* The INSERTs of the fast path, without their locking clause. */
 #define INSERT_ONE_SQL \
 	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
 	" SELECT c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
-	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND
+	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND
 #define INSERT_BATCH_SQL \
 	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
 	" SELECT c.outbox_name, p.payload, $3" \
-	"   FROM tide.tide_outbox_config c, unnest($2) WITH ORDINALITY AS p (payload, n)" \
-	"  WHERE c.outbox_name = $1 AND " ADMITTED_BY_BOUND \
+	"   FROM tide.tide_outbox_config c, pg_catalog.unnest($2) WITH ORDINALITY AS p (payload, n)" \
+	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
 	"  ORDER BY p.n"
 
 /* The outbox name argument, validated. */
@@ -139,11 +144,11 @@ outbox_admit(const char *name, int64 n)
 	if (SPI_execute_plan(TidePlan(&admit_plan,
 								  "SELECT c.enabled, c.inline_threshold::bigint,"
 								  "       greatest(tide._outbox_low_water(c.outbox_name),"
-								  "                (SELECT m.id - 1 FROM tide.tide_outbox_messages m"
-								  "                  WHERE m.outbox_name = c.outbox_name"
+								  "                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m"
+								  "                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name"
 								  "                    AND m.consumed_at IS NULL"
 								  "                  ORDER BY m.outbox_name, m.id LIMIT 1))"
-								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name = $1",
+								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1",
 								  1, admit_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
@@ -168,8 +173,9 @@ outbox_admit(const char *name, int64 n)
 	args[1] = Int64GetDatum(low);
 	args[2] = Int64GetDatum(threshold);
 	if (SPI_execute_plan(TidePlan(&count_plan,
-								  "SELECT count(*) FROM (SELECT 1 FROM tide.tide_outbox_messages m"
-								  "  WHERE m.outbox_name = $1 AND m.consumed_at IS NULL AND m.id > $2"
+								  "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM tide.tide_outbox_messages m"
+								  "  WHERE m.outbox_name OPERATOR(pg_catalog.=) $1 AND m.consumed_at IS NULL"
+								  "    AND m.id OPERATOR(pg_catalog.>) $2"
 								  "  LIMIT $3) s",
 								  3, count_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
@@ -233,6 +239,28 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	elog(ERROR, "outbox \"%s\" was admitted but its messages were not inserted", name);
 }
 
+/*
+ * Connects SPI, checks that the caller may publish to the outbox and
+ * becomes the catalog's owner for the writes (src/publish_rights.c). An
+ * error on the way resets the user with the (sub)transaction.
+ */
+static void
+publish_begin(const char *name, Oid *save_userid, int *save_sec_context)
+{
+	GetUserIdAndSecContext(save_userid, save_sec_context);
+	SPI_connect();
+	SetUserIdAndSecContext(TideCatalogOwner(), *save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	TideCheckPublishRight(*save_userid, name);
+}
+
+/* Ends what publish_begin started. */
+static void
+publish_end(Oid save_userid, int save_sec_context)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
 /* SQL: tide.outbox_publish(p_name, p_payload, p_headers) returns the new id */
 Datum
 tide_outbox_publish(PG_FUNCTION_ARGS)
@@ -242,6 +270,8 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	Jsonb	   *headers;
 	bool		isnull;
 	int64		id;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	TideRequirePreload();
 	name = outbox_name_arg(fcinfo);
@@ -255,10 +285,10 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
 	headers = headers_arg(fcinfo, 2);
 
-	SPI_connect();
+	publish_begin(name, &save_userid, &save_sec_context);
 	insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
 	id = TideSpiInt64(1, &isnull);
-	SPI_finish();
+	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
 }
@@ -280,6 +310,8 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	TideRequirePreload();
 	name = outbox_name_arg(fcinfo);
@@ -322,12 +354,12 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 					 errhint("Every element of the array must be a JSON object; nothing was published.")));
 	}
 
-	SPI_connect();
+	publish_begin(name, &save_userid, &save_sec_context);
 	if (count > 0)
 		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
 	else
 		outbox_admit(name, 0);	/* publishes nothing, but checks the outbox */
-	SPI_finish();
+	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(count);
 }

@@ -32,6 +32,10 @@ extern int	TideMaxPayloadBytes;
 extern void TideDefineLimitGucs(void);
 extern void TideCheckPayloadSize(Size bytes, int index);
 
+/* publish_rights.c */
+extern Oid	TideCatalogOwner(void);
+extern void TideCheckPublishRight(Oid userid, const char *outbox);
+
 /* tracker.c: commit-order-safe publish tracker */
 extern Size TrackerShmemSize(void);
 extern void TrackerShmemInit(void *place, bool found);

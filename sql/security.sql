@@ -1,0 +1,248 @@
+-- Roles and privileges (docs/security.md): the four roles, per-outbox
+-- publishing rights with role inheritance, no direct writes to the catalog,
+-- a caller's search_path changes nothing, secrets redacted, secret
+-- references validated. Roles made here are dropped at the end.
+\set VERBOSITY default
+\i sql/include/try.sql
+
+-- the roles exist, cannot log in, and stay when the extension goes
+SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname LIKE 'tide\_%' ORDER BY rolname;
+
+-- no function, table, view or sequence of the extension is PUBLIC's
+SELECT count(*) AS public_functions FROM pg_proc p
+ WHERE p.pronamespace = 'tide'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE');
+SELECT count(*) AS public_relations FROM pg_class c
+ WHERE c.relnamespace = 'tide'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+   AND (c.relacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0));
+-- every function but inbox_process, publishing and a few C functions runs with a fixed search_path
+SELECT p.oid::regprocedure AS without_search_path FROM pg_proc p
+ WHERE p.pronamespace = 'tide'::regnamespace
+   AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+ ORDER BY 1::text;
+-- the functions that run as the owner
+SELECT p.oid::regprocedure AS security_definer FROM pg_proc p
+ WHERE p.pronamespace = 'tide'::regnamespace AND p.prosecdef ORDER BY 1::text;
+
+CREATE ROLE regress_sec_app LOGIN IN ROLE tide_publisher;
+CREATE ROLE regress_sec_team;
+CREATE ROLE regress_sec_member IN ROLE tide_publisher, regress_sec_team;
+-- NOINHERIT: its own privileges to call outbox_publish, none of regress_sec_team's
+CREATE ROLE regress_sec_noinherit NOINHERIT IN ROLE regress_sec_team;
+GRANT USAGE ON SCHEMA tide TO regress_sec_noinherit;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text, jsonb, jsonb) TO regress_sec_noinherit;
+CREATE ROLE regress_sec_consumer IN ROLE tide_consumer;
+CREATE ROLE regress_sec_reader IN ROLE tide_reader;
+CREATE ROLE regress_sec_nobody;
+CREATE ROLE regress_sec_admin IN ROLE tide_admin;
+
+SELECT tide.outbox_create('sec_orders');
+SELECT tide.outbox_create('sec_other');
+
+-- publishing without a grant: 42501
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 1}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('sec_orders', ARRAY['{"n": 1}']::jsonb[])$$);
+-- an outbox that does not exist looks the same: no grant
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{"n": 1}')$$);
+RESET ROLE;
+\set VERBOSITY verbose
+SET ROLE regress_sec_app;
+SELECT tide.outbox_publish('sec_orders', '{"n": 1}');
+RESET ROLE;
+\set VERBOSITY default
+
+-- granted: publishes to that outbox, not to another
+SELECT tide.outbox_grant_publish('sec_orders', 'regress_sec_app');
+SELECT tide.outbox_grant_publish('sec_orders', 'regress_sec_app');	-- twice is once
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 2}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('sec_orders', ARRAY['{"n": 3}', '{"n": 4}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_other', '{"n": 5}')$$);
+RESET ROLE;
+SELECT outbox_name, payload FROM tide.tide_outbox_messages WHERE outbox_name LIKE 'sec\_%' ORDER BY id;
+
+-- a grant to a role is inherited by its members, not by NOINHERIT members
+-- (they may SET ROLE to it)
+SELECT tide.outbox_grant_publish('sec_other', 'regress_sec_team');
+SET ROLE regress_sec_member;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_other', '{"via": "member"}')$$);
+RESET ROLE;
+SET ROLE regress_sec_noinherit;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_other', '{"via": "noinherit"}')$$);
+RESET ROLE;
+-- a membership granted later counts at once (the cached answer is forgotten)
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_other', '{"via": "app"}')$$);
+RESET ROLE;
+GRANT regress_sec_team TO regress_sec_app;
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_other', '{"via": "app"}')$$);
+RESET ROLE;
+REVOKE regress_sec_team FROM regress_sec_app;
+
+-- revoking takes the right back at once
+SELECT tide.outbox_revoke_publish('sec_orders', 'regress_sec_app');
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 6}')$$);
+RESET ROLE;
+SELECT tide.outbox_revoke_publish('sec_orders', 'regress_sec_app');	-- nothing to revoke: a notice
+SELECT outbox_name, grantee, granted_by FROM tide.outbox_publish_grants ORDER BY 1, 2::text;
+
+-- the grant functions: unknown outbox, unknown role, and who may call them
+SELECT pg_temp.try($$SELECT tide.outbox_grant_publish('sec_missing', 'regress_sec_app')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_grant_publish('sec_orders', 'regress_sec_missing')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_revoke_publish('sec_orders', 'regress_sec_missing')$$);
+SET ROLE regress_sec_app;
+SELECT pg_temp.try($$SELECT tide.outbox_grant_publish('sec_orders', 'regress_sec_app')$$);
+RESET ROLE;
+-- tide_admin grants, and publishes anywhere
+SET ROLE regress_sec_admin;
+SELECT tide.outbox_grant_publish('sec_orders', 'regress_sec_app');
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"by": "admin"}')$$);
+RESET ROLE;
+-- a dropped outbox takes its grants with it
+SELECT tide.outbox_drop('sec_other');
+SELECT outbox_name, grantee FROM tide.outbox_publish_grants ORDER BY 1, 2::text;
+
+-- a role without a tide role may call nothing
+SET ROLE regress_sec_nobody;
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{}')$$);
+SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('g', 'c')$$);
+SELECT pg_temp.try($$SELECT * FROM tide.consumer_lag$$);
+SELECT pg_temp.try($$SELECT tide.outbox_create('x')$$);
+RESET ROLE;
+
+-- no direct writes to the catalog for the publisher, consumer, reader or PUBLIC
+CREATE FUNCTION pg_temp.writes(p_role text) RETURNS TABLE (tbl text, op text, result text)
+LANGUAGE plpgsql AS $$
+DECLARE
+	t text;
+	col text;
+BEGIN
+	FOR t, col IN SELECT c.oid::regclass::text, quote_ident(a.attname) FROM pg_class c
+					JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 1
+				   WHERE c.relnamespace = 'tide'::regnamespace AND c.relkind = 'r' ORDER BY 1 LOOP
+		EXECUTE format('SET LOCAL ROLE %I', p_role);
+		tbl := t;
+		op := 'insert';
+		result := pg_temp.try(format('INSERT INTO %s DEFAULT VALUES', t));
+		RETURN NEXT;
+		op := 'update';
+		result := pg_temp.try(format('UPDATE %s SET %s = %2$s', t, col));
+		RETURN NEXT;
+		op := 'delete';
+		result := pg_temp.try(format('DELETE FROM %s', t));
+		RETURN NEXT;
+		RESET ROLE;
+	END LOOP;
+END
+$$;
+BEGIN;
+SELECT r.role, count(*) AS attempts,
+	   count(*) FILTER (WHERE w.result LIKE '42501: permission denied for %') AS refused
+  FROM unnest(ARRAY['regress_sec_app', 'regress_sec_consumer', 'regress_sec_reader', 'regress_sec_nobody']) r (role),
+	   LATERAL pg_temp.writes(r.role) w
+ GROUP BY r.role ORDER BY r.role;
+ROLLBACK;
+
+-- a consumer polls and commits through the API (the functions run as the
+-- owner) but cannot read the messages table itself
+SELECT tide.create_consumer_group('sec_group', 'sec_orders');
+SET ROLE regress_sec_consumer;
+SELECT payload FROM tide.poll_outbox('sec_group', 'c1', 10);
+SELECT tide.commit_offset('sec_group', 'c1', (SELECT max(id) FROM tide.poll_outbox('sec_group', 'c1', 10)));
+SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
+SELECT pg_temp.try($$SELECT tide.admin_rewind_offset('sec_group', 'c1', 0)$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{}')$$);
+RESET ROLE;
+
+-- a caller's search_path with objects shadowing names the extension uses
+-- (a function, an operator, a table) changes nothing
+CREATE SCHEMA regress_sec_evil;
+CREATE TABLE regress_sec_evil.tide_outbox_config (outbox_name text, enabled boolean, inline_threshold int);
+CREATE FUNCTION regress_sec_evil.coalesce(bigint, int) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+CREATE FUNCTION regress_sec_evil.text_eq(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR regress_sec_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_sec_evil.text_eq);
+CREATE TABLE regress_sec_evil.pg_roles (rolname name, oid oid, rolsuper boolean);
+GRANT USAGE ON SCHEMA regress_sec_evil TO PUBLIC;
+SET search_path = regress_sec_evil, pg_catalog, public;
+-- the shadowing is live for the caller's own statements
+SELECT 'sec_missing'::text = 'sec_orders'::text AS shadowed_equals;
+SELECT coalesce(5::bigint, 1) AS keyword, regress_sec_evil.coalesce(5::bigint, 1) AS shadow, count(*) AS shadowed_table FROM pg_roles;
+SET ROLE regress_sec_app;
+-- the shadowing "=" would match every outbox name; the publish still fails for sec_missing
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{"n": 7}')$$);
+RESET ROLE;
+-- the owner, who may publish anywhere: still no outbox sec_missing
+SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_missing', '{}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('sec_missing', ARRAY['{}']::jsonb[])$$);
+SET ROLE regress_sec_consumer;
+SELECT payload FROM tide.poll_outbox('sec_group', 'c2', 10);
+RESET ROLE;
+SELECT pg_temp.try($$SELECT tide.outbox_create('sec_evil', 24, 10)$$);
+SELECT outbox_name, retention_hours, inline_threshold FROM tide.tide_outbox_config WHERE outbox_name = 'sec_evil';
+SELECT pg_temp.try($$SELECT tide.outbox_grant_publish('sec_evil', 'regress_sec_app')$$);
+RESET search_path;
+SELECT outbox_name, grantee FROM tide.outbox_publish_grants ORDER BY 1, 2::text;
+DROP SCHEMA regress_sec_evil CASCADE;
+
+-- secrets: redacted for tide_admin, and tide_reader cannot read the configs
+SELECT tide.relay_set_outbox('sec_hook', 'sec_orders', 'sec_hook_group', $${
+	"sink_type": "webhook", "url": "https://example.com/hooks",
+	"signing_secret": ["whsec_c2VjcmV0", {"env": "PG_TIDE_HOOK_SECRET"}, {"file": "hook.secret"}],
+	"headers": {"X-Plain": "shown", "X-Api-Key": "hidden by its name",
+				"X-Marked": {"value": "hidden as marked", "secret": true},
+				"X-Unmarked": {"value": "shown too"},
+				"X-From-Env": {"env": "PG_TIDE_HEADER"}, "X-From-File": {"file": "header.txt"}}
+}$$);
+SET ROLE regress_sec_admin;
+SELECT jsonb_pretty(tide.relay_get_config('sec_hook') - 'alerts' - 'retry');
+SELECT config -> 'signing_secret' AS listed FROM tide.relay_list_configs() WHERE name = 'sec_hook';
+RESET ROLE;
+SET ROLE regress_sec_reader;
+SELECT pg_temp.try($$SELECT config FROM tide.relay_outbox_config$$);
+SELECT pg_temp.try($$SELECT tide.relay_get_config('sec_hook')$$);
+SELECT pg_temp.try($$SELECT * FROM tide.relay_list_configs()$$);
+SELECT pipeline, sink_type, outbox, health FROM tide.relay_pipeline_status;
+SELECT pipeline, outbox, lag_messages FROM tide.relay_pipeline_lag;
+SELECT group_name, outbox_name FROM tide.consumer_lag ORDER BY 1;
+SELECT outbox_name, messages > 0 AS has_messages FROM tide.outbox_retention_status ORDER BY 1;
+SELECT tide.outbox_status('sec_orders') ->> 'outbox' AS status_of;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
+SELECT pg_temp.try($$SELECT count(*) FROM tide.relay_dlq$$);
+SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('sec_group', 'c3')$$);
+RESET ROLE;
+-- no view shows a secret
+SELECT v.relname AS view_with_secret FROM pg_class v
+ WHERE v.relnamespace = 'tide'::regnamespace AND v.relkind = 'v'
+   AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = v.oid AND a.attname IN ('config', 'signing_secret', 'headers'));
+
+-- secret references: their form is checked (22023)
+SELECT pg_temp.try(format($$SELECT tide.relay_set_outbox('sec_bad', 'sec_orders', 'sec_bad_group', %L)$$, c))
+  FROM unnest(ARRAY[
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"env": "HOME"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"env": "PG_TIDE_A B"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"file": "../etc/passwd"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"file": ".hidden"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"file": "/etc/passwd"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"env": "PG_TIDE_A", "file": "a"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"path": "a"}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "signing_secret": {"env": 1}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {"env": "PATH"}}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {"file": "a/b"}}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {"value": "v", "secret": "yes"}}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {"value": "v", "other": 1}}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {"value": 1}}}',
+	'{"sink_type": "webhook", "url": "https://a.example", "headers": {"X-A": {}}}']) c;
+SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'sec_bad';
+
+-- clean up: the roles are the cluster's
+SELECT tide.relay_delete('sec_hook');
+SELECT tide.drop_consumer_group('sec_hook_group');
+SELECT tide.outbox_drop('sec_orders');
+SELECT tide.outbox_drop('sec_evil');
+REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb) FROM regress_sec_noinherit;
+REVOKE ALL ON SCHEMA tide FROM regress_sec_noinherit;
+DROP ROLE regress_sec_app, regress_sec_member, regress_sec_noinherit, regress_sec_team,
+	regress_sec_consumer, regress_sec_reader, regress_sec_nobody, regress_sec_admin;
