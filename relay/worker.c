@@ -16,7 +16,8 @@
  *	  then for each: lease a batch (short transaction, lease.c), deliver it
  *	  with no transaction open (sink.h), record it (short transaction), up to
  *	  RELAY_MAX_BATCHES_PER_PASS batches while batches come back full. An
- *	  ERROR in one pipeline is logged and the others go on. It holds no
+ *	  ERROR in one pipeline is logged, that pipeline is held (1 s, doubling
+ *	  up to a minute while the errors go on) and the others go on. It holds no
  *	  lock and no transaction while it sleeps, so DROP EXTENSION never waits
  *	  for it. When a pipeline still has a backlog, the next pass starts at
  *	  once instead of sleeping.
@@ -59,6 +60,12 @@
 
 /* Longest single sleep, so SIGHUP and pauses are noticed within it. */
 #define RELAY_SLEEP_SLICE_MS 250
+/*
+ * How long a pipeline whose turn ended with an ERROR is passed over: from
+ * the first, doubling with each such turn in a row, up to the last.
+ */
+#define RELAY_ERROR_HOLD_MIN_MS 1000
+#define RELAY_ERROR_HOLD_MAX_MS 60000
 
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
@@ -100,6 +107,7 @@ typedef struct PipelineState
 	TimestampTz held_until;		/* 0: not held */
 	int			holds;			/* failed attempts in a row while held */
 	int64		held_at;		/* the message it is held at */
+	int			errors;			/* turns in a row that ended with an ERROR */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
 	RelayPacing pacing;			/* rate limit and circuit breaker */
 } PipelineState;
@@ -151,6 +159,7 @@ pipeline_state(const RelayPipeline *p)
 		strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
 		st->held_until = 0;
 		st->holds = 0;
+		st->errors = 0;
 		st->retry_check_at = 0;
 		memset(&st->pacing, 0, sizeof(st->pacing));
 	}
@@ -525,14 +534,39 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 	}
 	if (end == BATCH_HELD)
 		more = false;
+	/* The turn ended without an ERROR: whatever failed before works again. */
+	st->errors = 0;
 	wake_at(st->held_until);
 	wake_at(st->retry_check_at);
 	return more;
 }
 
 /*
+ * Holds a pipeline whose turn ended with an ERROR (a full disk, its outbox
+ * dropped, its lease lost): without a hold, a batch delivered but not
+ * recorded would be delivered again on every pass, and the error logged
+ * each time, for as long as the cause lasts. Returns the hold in ms.
+ */
+static long
+hold_after_error(const RelayPipeline *p)
+{
+	PipelineState *st = pipeline_state(p);
+	long		delay = RELAY_ERROR_HOLD_MIN_MS;
+	int			i;
+
+	st->errors++;
+	for (i = 1; i < st->errors && delay < RELAY_ERROR_HOLD_MAX_MS; i++)
+		delay *= 2;
+	delay = Min(delay, RELAY_ERROR_HOLD_MAX_MS);
+	st->held_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
+	wake_at(st->held_until);
+	return delay;
+}
+
+/*
  * Runs every pipeline's turn; an ERROR in one (its outbox dropped, its
- * lease lost) is logged and the others go on. Returns true when a pipeline
+ * lease lost, a full disk) is logged, the pipeline is held for a while
+ * (hold_after_error) and the others go on. Returns true when a pipeline
  * has more to deliver at once.
  */
 static bool
@@ -564,15 +598,18 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 		PG_CATCH();
 		{
 			ErrorData  *edata;
+			long		delay;
 
 			MemoryContextSwitchTo(loop_cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			delay = hold_after_error(p);
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
 							p->name, edata->message),
-					 errdetail("The pipeline is tried again on the next pass.")));
+					 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
+							   delay, pipeline_state(p)->errors)));
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();

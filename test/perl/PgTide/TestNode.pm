@@ -9,14 +9,15 @@ use PostgreSQL::Test::Cluster;
 
 our @EXPORT = qw(tide_node);
 
-# tide_node($name, $extra_conf): a new node with pg_tide preloaded, the
-# given postgresql.conf lines appended, started, and the extension created
-# in database postgres.
+# tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
+# the given postgresql.conf lines appended, started, and the extension
+# created in database postgres. %init goes to PostgreSQL::Test::Cluster's
+# init (allows_streaming => 1 for a primary with standbys).
 sub tide_node
 {
-	my ($name, $extra_conf) = @_;
+	my ($name, $extra_conf, %init) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%init);
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = 'pg_tide'\n" . ($extra_conf // ''));
 	$node->start;
