@@ -18,7 +18,10 @@
 #             once, back to back, so each ratio is taken within a round
 #   SIZES     messages per transaction (default "1 10 100")
 #   CLIENT_COUNTS  pgbench clients (default "1 8 32"); threads: at most 2
-#   SIDES     what runs (default "plain tide pgq")
+#   SIDES     what runs (default "plain tide tide_granted pgq"); tide_granted
+#             is pg_tide published by a login role that holds tide_publisher
+#             and a grant on the outbox, not by a superuser: the cost of the
+#             publishing-rights check
 # With the defaults it runs for about 8 minutes.
 set -euo pipefail
 
@@ -33,7 +36,7 @@ DURATION=${DURATION:-5}
 REPEATS=${REPEATS:-3}
 SIZES=${SIZES:-1 10 100}
 CLIENT_COUNTS=${CLIENT_COUNTS:-1 8 32}
-SIDES=${SIDES:-plain tide pgq}
+SIDES=${SIDES:-plain tide tide_granted pgq}
 
 bench_need_packages postgresql-15-pgq3
 
@@ -76,6 +79,11 @@ CREATE INDEX plain_messages_pending
 	ON bench.plain_messages (outbox_name, id)
 	WHERE consumed_at IS NULL;
 
+-- A publisher as an application would have it: no superuser, tide_publisher
+-- and the right to publish to this outbox.
+CREATE ROLE bench_publisher LOGIN IN ROLE tide_publisher;
+SELECT tide.outbox_grant_publish('bench', 'bench_publisher');
+
 -- PgQ: one queue; events go to its rotating event tables.
 CREATE EXTENSION pgq;
 SELECT pgq.create_queue('bench');
@@ -105,14 +113,14 @@ SQL
 # and TOAST).
 side_rows() {
 	case $1 in
-	tide) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
+	tide | tide_granted) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
 	plain) psql_db -A -t -c "SELECT count(*) FROM bench.plain_messages" ;;
 	pgq) psql_db -A -t -c "SELECT count(*) FROM $(pgq_table)" ;;
 	esac
 }
 side_bytes() {
 	case $1 in
-	tide) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')" ;;
+	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')" ;;
 	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
 	pgq) psql_db -A -t -c "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
 		WHERE inhparent = '$(pgq_table)'::regclass" ;;
@@ -131,13 +139,14 @@ reset_tables() {
 
 # run <side> <messages per transaction> <clients> <round>
 run() {
-	local side=$1 per_xact=$2 clients=$3 round=$4 out tps xacts rows script wal0 wal1 bytes
+	local side=$1 per_xact=$2 clients=$3 round=$4 out tps xacts rows script wal0 wal1 bytes user=postgres
 	out=$TIDE_CLUSTER/pgbench_${side}_${per_xact}_${clients}_${round}.log
-	if [ "$per_xact" -eq 1 ]; then script=${side}_single; else script=${side}_batch; fi
+	if [ "$side" = tide_granted ]; then script=tide; user=bench_publisher; else script=$side; fi
+	if [ "$per_xact" -eq 1 ]; then script=${script}_single; else script=${script}_batch; fi
 	reset_tables
 	wal0=$(psql_db -A -t -c "SELECT pg_current_wal_insert_lsn()")
 	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -T "$DURATION" \
-		-D n="$per_xact" -f "$BENCH_DIR/$script.sql" "$DB" >"$out" 2>&1 ||
+		-U "$user" -D n="$per_xact" -f "$BENCH_DIR/$script.sql" "$DB" >"$out" 2>&1 ||
 		{ cat "$out"; tide_show_server_log; exit 1; }
 	wal1=$(psql_db -A -t -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal0')")
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")

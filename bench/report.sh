@@ -133,6 +133,8 @@ publish_rows() {
 		"$(ratio publish.sh publish_1x8 tide publish_1x8 plain)"
 	target_row "publish, 1 message per transaction, 8 clients: pg_tide / PgQ insert_event" ">=" 1 "%.3f" \
 		"$(ratio publish.sh publish_1x8 tide publish_1x8 pgq)"
+	target_row "publish, 1 message per transaction, 8 clients: a granted tide_publisher / superuser" ">=" 0.95 "%.3f" \
+		"$(ratio publish.sh publish_1x8 tide_granted publish_1x8 tide)"
 	target_row "consumer path, 1 client: pg_tide / SKIP LOCKED queue" ">=" 1 "%.3f" \
 		"$(ratio consume.sh consume_x1 tide consume_x1 skip_locked)"
 	target_row "consumer path, 4 clients: pg_tide / SKIP LOCKED queue" ">=" 1 "%.3f" \
@@ -154,21 +156,26 @@ publish_rows() {
 	echo
 	echo "Messages per second written by pgbench clients; \`n/xact\` messages per transaction (1: one"
 	echo "\`outbox_publish\` / one-row INSERT / one \`insert_event\`; more: \`outbox_publish_batch\` / one"
-	echo "multi-row INSERT / \`insert_event\` called n times in one statement)."
+	echo "multi-row INSERT / \`insert_event\` called n times in one statement). pg_tide runs twice: as"
+	echo "the superuser that owns the extension, and as a login role holding \`tide_publisher\` and a"
+	echo "grant on the outbox (\`outbox_grant_publish\`), which every publish checks."
 	echo
-	echo "| n/xact | clients | plain INSERT msg/s | pg_tide msg/s | PgQ msg/s | pg_tide / plain | pg_tide / PgQ |"
-	echo "|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| n/xact | clients | plain INSERT msg/s | pg_tide msg/s | pg_tide, granted role msg/s | PgQ msg/s | pg_tide / plain | pg_tide / PgQ | granted / superuser |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	: >"$PLOTS/publish.dat"
 	while read -r n c; do
-		printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$c" \
+		printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$c" \
 			"$(cell %.0f $(stat publish.sh "publish_${n}x$c" plain))" \
 			"$(cell %.0f $(stat publish.sh "publish_${n}x$c" tide))" \
+			"$(cell %.0f $(stat publish.sh "publish_${n}x$c" tide_granted))" \
 			"$(cell %.0f $(stat publish.sh "publish_${n}x$c" pgq))" \
 			"$(cell %.3f $(ratio publish.sh "publish_${n}x$c" tide "publish_${n}x$c" plain))" \
-			"$(cell %.3f $(ratio publish.sh "publish_${n}x$c" tide "publish_${n}x$c" pgq))"
-		printf '"%s/xact, %s cl." %s %s %s\n' "$n" "$c" \
+			"$(cell %.3f $(ratio publish.sh "publish_${n}x$c" tide "publish_${n}x$c" pgq))" \
+			"$(cell %.3f $(ratio publish.sh "publish_${n}x$c" tide_granted "publish_${n}x$c" tide))"
+		printf '"%s/xact, %s cl." %s %s %s %s\n' "$n" "$c" \
 			"$(stat publish.sh "publish_${n}x$c" plain | cut -d' ' -f1-3)" \
 			"$(stat publish.sh "publish_${n}x$c" tide | cut -d' ' -f1-3)" \
+			"$(stat publish.sh "publish_${n}x$c" tide_granted | cut -d' ' -f1-3)" \
 			"$(stat publish.sh "publish_${n}x$c" pgq | cut -d' ' -f1-3)" >>"$PLOTS/publish.dat"
 	done < <(publish_rows)
 	echo
@@ -291,7 +298,7 @@ publish_rows() {
 		done
 } >"$MD"
 
-histogram "$PLOTS/publish.png" "Publish throughput" "messages/s (log scale)" log "$PLOTS/publish.dat" "plain INSERT" "pg_tide" "PgQ"
+histogram "$PLOTS/publish.png" "Publish throughput" "messages/s (log scale)" log "$PLOTS/publish.dat" "plain INSERT" "pg_tide" "pg_tide, granted role" "PgQ"
 histogram "$PLOTS/consume.png" "Consumer throughput (batches of 100)" "messages/s" linear "$PLOTS/consume.dat" \
 	"SKIP LOCKED" "pg_tide" "PgQ"
 histogram "$PLOTS/relay.png" "Relay throughput beside the receiver capacity" "messages/s" linear "$PLOTS/relay.dat" "median"
