@@ -339,7 +339,7 @@ curl_run() {
 # Appends "latency_<rate> (or latency_open_tx) round messages missing p50
 # p95 p99 max p50_from_start(ms) delivered_twice transactions mispaired".
 latency() {
-	local round=$1 rate=$2 open=${3:-0} name xacts got pglog figure=latency_$2 secs=$DURATION opener=""
+	local round=$1 rate=$2 open=${3:-0} name xacts got pglog figure=latency_$2 secs=$DURATION opener="" clients
 	name=lat_${rate}_$round
 	if [ "$open" -gt 0 ]; then
 		figure=latency_open_tx; name=latopen_$round; secs=$((open + 10))
@@ -354,21 +354,28 @@ latency() {
 	psql_db -c "SELECT tide.outbox_publish('$name', '{\"warm-up\": true}')" >/dev/null
 	sleep 1
 	: >"$TIDE_CLUSTER/receiver.jsonl"
-	sed "s/'bench'/'$name'/" "$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/latency.sql"
+	# The payload of tide_single.sql, with the pgbench client that published it.
+	sed -e "s/'bench'/'$name'/" -e "s/'event', 'order.created',/'event', 'order.created', 'client', :client_id::int,/" \
+		"$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/latency.sql"
+	# One client commits about 1,600 times a second here (each commit waits
+	# for its WAL flush): a client per 500 messages/s.
+	clients=$(( (rate + 499) / 500 ))
 	rm -f "$TIDE_CLUSTER"/pgbench_"$name".*
 	if [ "$open" -gt 0 ]; then
 		psql_db -c "BEGIN" -c "SELECT tide.outbox_publish('$name', '{\"open\": true}')" \
 			-c "SELECT pg_sleep($open)" -c "COMMIT" >/dev/null &
 		opener=$!
 	fi
-	(cd "$TIDE_CLUSTER" && "$PGBENCH" -n -M prepared -c 1 -j 1 -R "$rate" -T "$secs" \
+	(cd "$TIDE_CLUSTER" && "$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -R "$rate" -T "$secs" \
 		-l --log-prefix="pgbench_$name" -f "$TIDE_CLUSTER/latency.sql" "$DB" \
 		>"$TIDE_CLUSTER/pgbench_$name.out" 2>&1) ||
 		{ cat "$TIDE_CLUSTER/pgbench_$name.out"; exit 1; }
 	[ -n "$opener" ] && wait "$opener"
 	xacts=$(sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p' \
 		"$TIDE_CLUSTER/pgbench_$name.out")
-	pglog=$(ls "$TIDE_CLUSTER"/pgbench_"$name".[0-9]*)
+	# pgbench writes a log per thread.
+	pglog=$TIDE_CLUSTER/pgbench_$name.log
+	cat "$TIDE_CLUSTER"/pgbench_"$name".[0-9]* >"$pglog"
 	# Waits (at most 10 s) for the last deliveries.
 	for _ in $(seq 1 200); do
 		got=$(wc -l <"$TIDE_CLUSTER/receiver.jsonl")
@@ -378,8 +385,9 @@ latency() {
 	sleep 0.5
 	cp "$TIDE_CLUSTER/receiver.jsonl" "$TIDE_CLUSTER/receiver_$name.jsonl"
 	chmod a+r "$TIDE_CLUSTER/receiver_$name.jsonl" "$pglog"
-	# One client, so the k-th transaction of pgbench's log published the
-	# k-th message by id. pgbench logs each transaction's end (after the
+	# A client's transactions run one after another, so its k-th transaction
+	# in pgbench's log published its k-th message by id (the payload names
+	# the client). pgbench logs each transaction's end (after the
 	# commit returned) as time_epoch, time_us; the receiver each request's
 	# arrival as t; the body's created_at is the publishing transaction's
 	# start.
@@ -393,16 +401,17 @@ CREATE TEMP VIEW got AS
 	  FROM (SELECT (line::jsonb->>'body')::jsonb AS b, (line::jsonb->>'t')::float8 AS t FROM rcv) r;
 CREATE TEMP VIEW published AS
 	-- (pgbench numbers its transactions from 1)
-	SELECT row_number() OVER (ORDER BY id) AS k, id
+	SELECT (payload->>'client')::int AS client,
+		   row_number() OVER (PARTITION BY payload->>'client' ORDER BY id) AS k, id
 	  FROM tide.tide_outbox_messages WHERE outbox_name = '$name' AND payload ? 'order_id';
 CREATE TEMP VIEW committed AS
-	SELECT f[2]::bigint AS k, f[5]::float8 + f[6]::float8 / 1e6 AS done
+	SELECT f[1]::int AS client, f[2]::bigint AS k, f[5]::float8 + f[6]::float8 / 1e6 AS done
 	  FROM (SELECT string_to_array(line, ' ') AS f FROM pgb) p;
 CREATE TEMP VIEW lat AS
 	SELECT p.id, (g.t - c.done) * 1000 AS ms,
 		   (g.t - extract(epoch FROM g.created_at)) * 1000 AS ms_from_start,
 		   c.done < extract(epoch FROM g.created_at) AS mismatched
-	  FROM published p JOIN committed c USING (k)
+	  FROM published p JOIN committed c USING (client, k)
 	  JOIN (SELECT id, min(t) AS t, min(created_at) AS created_at FROM got GROUP BY id) g USING (id);
 SELECT '$figure', $round, (SELECT count(*) FROM published),
 	   (SELECT count(*) FROM published p WHERE NOT EXISTS (SELECT FROM got g WHERE g.id = p.id)),
@@ -413,7 +422,8 @@ SELECT '$figure', $round, (SELECT count(*) FROM published),
 	   round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms_from_start)::numeric, 3),
 	   (SELECT count(*) FROM got) - (SELECT count(DISTINCT id) FROM got),
 	   (SELECT count(*) FROM committed),
-	   count(*) FILTER (WHERE mismatched)
+	   count(*) FILTER (WHERE mismatched),
+	   count(*)
   FROM lat;
 SQL
 	tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "  %-15s round %s  %d messages, %d missing, %d twice: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f ms (p50 from transaction start %.2f ms)\n", $1, $2, $3, $4, $10, $5, $6, $7, $8, $9 }'
@@ -421,11 +431,14 @@ SQL
 	for f in 5:p50 6:p95 7:p99 8:max; do
 		bench_record "$figure" "${f#*:}" "$round" "$(tail -n 1 "$RESULTS" | cut -f "${f%%:*}")"
 	done
-	# Every message arrived; one message per pgbench transaction; and no
-	# transaction ended before its message was created (which would mean
-	# that messages and transactions were paired wrongly).
+	# The rate pgbench reached (it may fall short of the one asked for).
+	bench_record "$figure" "msg/s published" "$round" "$(awk "BEGIN { print $xacts / $secs }")"
+	# Every message arrived and was paired with its transaction; one message
+	# per pgbench transaction; and no transaction ended before its message
+	# was created (which would mean that they were paired wrongly).
 	if [ "$(tail -n 1 "$RESULTS" | cut -f 4)" -ne 0 ] || [ "$(tail -n 1 "$RESULTS" | cut -f 3)" -ne "$xacts" ] ||
-		[ "$(tail -n 1 "$RESULTS" | cut -f 12)" -ne 0 ]; then
+		[ "$(tail -n 1 "$RESULTS" | cut -f 12)" -ne 0 ] ||
+		[ "$(tail -n 1 "$RESULTS" | cut -f 13)" -ne "$xacts" ]; then
 		echo "relay.sh: $name: messages missing, not one per pgbench transaction, or paired wrongly: $(tail -n 1 "$RESULTS")" >&2
 		exit 1
 	fi
@@ -468,8 +481,8 @@ echo "batch:  $BATCH_CFG"
 # The worker at rest: it has started, read its pipelines and delivered the
 # sample, and waits.
 wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+bench_record worker_memory_kb "at rest, before the first run" 1 "$(proc_rss_kb "$wpid")"
 for round in $(seq 1 "$REPEATS"); do
-	bench_record worker_memory_kb "at rest" "$round" "$(proc_rss_kb "$wpid")"
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
@@ -483,6 +496,8 @@ for round in $(seq 1 "$REPEATS"); do
 		latency "$round" "$rate"
 	done
 	[ "$OPEN_TX_SECONDS" -gt 0 ] && latency "$round" "${RATES%% *}" "$OPEN_TX_SECONDS"
+	# Idle again: what the worker keeps (malloc keeps freed memory).
+	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
 cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
 bench_summary
