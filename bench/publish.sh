@@ -22,7 +22,7 @@
 #             is pg_tide published by a login role that holds tide_publisher
 #             and a grant on the outbox, not by a superuser: the cost of the
 #             publishing-rights check
-# With the defaults it runs for about 8 minutes.
+# With the defaults it runs for about 9 minutes.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -5,7 +5,7 @@
 # rate; latency, catch-up, worker memory), each in its own throwaway
 # cluster, then writes bench/RESULTS.md and bench/results/*.png.
 #
-#   sudo bench/suite.sh            # about 25 minutes on 2 cores
+#   sudo bench/suite.sh            # about 20 minutes on 2 cores
 #   QUICK=1 sudo bench/suite.sh    # a few minutes, one round: a smoke run
 #
 # Run as root on Debian 12 (the clusters run as the postgres user). Every
