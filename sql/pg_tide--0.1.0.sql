@@ -3265,13 +3265,23 @@ GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int),
 	tide.inbox_process(text, regproc, int),
 	tide.inbox_dlq(text),
 	tide.inbox_status(text),
-	tide._check_inbox_name(text),
 	tide._inbox_config(text),
 	tide._inbox_table(tide.tide_inbox_config),
-	tide._check_event_id(text),
-	tide._check_batch_size(int),
 	tide._inbox_lock_message(tide.tide_inbox_config, text),
 	tide._inbox_status(tide.tide_inbox_config) TO tide_consumer;
+-- The validators that the functions running as their caller (the inbox's,
+-- the status functions) call: they only check their arguments and raise.
+GRANT EXECUTE ON FUNCTION tide._check_chars(text, text),
+	tide._check_name(text, text),
+	tide._check_flag(text, boolean),
+	tide._check_consumer(text),
+	tide._check_inbox_name(text),
+	tide._check_event_id(text),
+	tide._check_payload(jsonb, int),
+	tide._check_visibility(int),
+	tide._check_batch_size(int),
+	tide._check_retention_hours(text, int, text),
+	tide._check_age(interval, text) TO tide_consumer, tide_reader;
 GRANT SELECT ON tide.tide_inbox_config TO tide_consumer;
 ALTER FUNCTION tide.poll_outbox(text, text, int, int) SECURITY DEFINER;
 ALTER FUNCTION tide.wait_for_messages(text, int) SECURITY DEFINER;
@@ -3295,6 +3305,7 @@ GRANT EXECUTE ON FUNCTION tide.outbox_status(text),
 	tide.relay_dlq_stats(),
 	tide._group_position(text),
 	tide._outbox_retention(text, interval),
+	tide._inbox_config(text),
 	tide._inbox_status(tide.tide_inbox_config),
 	tide._inbox_table(tide.tide_inbox_config) TO tide_reader;
 ALTER FUNCTION tide.outbox_status(text) SECURITY DEFINER;

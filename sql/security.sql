@@ -156,6 +156,29 @@ SELECT pg_temp.try($$SELECT tide.admin_rewind_offset('sec_group', 'c1', 0)$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{}')$$);
 RESET ROLE;
 
+-- a consumer receives, claims and marks events of an inbox through the API
+SELECT tide.inbox_create('sec_inbox');
+SET ROLE regress_sec_consumer;
+SELECT tide.inbox_receive('sec_inbox', 'e-1', '{"n": 1}') AS stored;
+SELECT event_id, payload FROM tide.inbox_claim('sec_inbox', 10, 30);
+SELECT tide.inbox_mark_processed('sec_inbox', 'e-1') AS marked;
+SELECT tide.inbox_receive_batch('sec_inbox', '[{"event_id": "e-2", "payload": {"n": 2}}]') AS stored;
+SELECT event_id FROM tide.inbox_claim('sec_inbox', 10, 30);
+SELECT tide.inbox_mark_failed('sec_inbox', 'e-2', 'handler failed') AS failed;
+SELECT pg_temp.try($$SELECT tide.inbox_claim('sec_inbox', 0, 30)$$);
+RESET ROLE;
+CREATE FUNCTION public.regress_sec_handle(m tide.sec_inbox_inbox) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+GRANT EXECUTE ON FUNCTION public.regress_sec_handle(tide.sec_inbox_inbox) TO regress_sec_consumer;
+SET ROLE regress_sec_consumer;
+SELECT tide.inbox_receive('sec_inbox', 'e-3', '{"n": 3}') AS stored;
+SELECT tide.inbox_process('sec_inbox', 'public.regress_sec_handle') AS processed;
+RESET ROLE;
+DROP FUNCTION public.regress_sec_handle(tide.sec_inbox_inbox);
+SET ROLE regress_sec_reader;
+SELECT tide.inbox_status('sec_inbox') ->> 'processed' AS processed;
+RESET ROLE;
+SELECT tide.inbox_drop('sec_inbox');
+
 -- a caller's search_path with objects shadowing names the extension uses
 -- (a function, an operator, a table) changes nothing
 CREATE SCHEMA regress_sec_evil;
