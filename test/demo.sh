@@ -62,7 +62,7 @@ RECEIVED=$TIDE_CLUSTER/received.jsonl
 : >"$RECEIVED"
 chown postgres: "$RECEIVED"
 # test/receiver (test/receiver.c, libmicrohttpd) logs every request as a JSON line.
-make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config test/receiver
+make -C "$TIDE_ROOT" -s PG_CONFIG="$PG_CONFIG" test/receiver
 "$TIDE_ROOT/test/receiver" 8099 "$RECEIVED" &
 RECEIVER_PID=$!
 trap 'kill $RECEIVER_PID 2>/dev/null || true' EXIT

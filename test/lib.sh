@@ -6,7 +6,11 @@ set -euo pipefail
 
 TIDE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=${PG_MAJOR:-15}
+# The chosen version's own pg_config (/usr/bin/pg_config picks the newest
+# installed version); a relocated copy of a server works too.
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+[ -x "$PG_CONFIG" ] && PG_BIN=$("$PG_CONFIG" --bindir)
 TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_cluster}
 TIDE_PORT=${TIDE_PORT:-5499}
 export PGHOST=$TIDE_CLUSTER PGPORT=$TIDE_PORT PGUSER=postgres
@@ -34,11 +38,11 @@ tide_install_packages() {
 # Builds and installs pg_tide into the server's directories.
 tide_build_install() {
 	log "building pg_tide"
-	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config clean >/dev/null 2>&1 || true
+	make -C "$TIDE_ROOT" -s PG_CONFIG="$PG_CONFIG" clean >/dev/null 2>&1 || true
 	# PG_CFLAGS (CI sets -Werror) comes from the environment, so the
 	# Makefile's own warning flags are added to it rather than replaced.
-	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config
-	make -C "$TIDE_ROOT" -s PG_CONFIG=/usr/bin/pg_config install
+	make -C "$TIDE_ROOT" -s PG_CONFIG="$PG_CONFIG"
+	make -C "$TIDE_ROOT" -s PG_CONFIG="$PG_CONFIG" install
 }
 
 # Stops the throwaway cluster if it runs.
