@@ -225,6 +225,9 @@ RelayExitIfPostmasterDied(void)
 #include "filter.h"
 extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
 
+/* session.c */
+extern void RelayPinSessionSettings(void);
+
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);
 extern void RelayEndShortXact(MemoryContext cxt);

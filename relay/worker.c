@@ -765,6 +765,8 @@ RelayWorkerMain(Datum main_arg)
 		proc_exit(0);
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	/* Before any SQL: the database's settings must not steer the worker. */
+	RelayPinSessionSettings();
 
 	SpinLockAcquire(&Relay->mutex);
 	my_slot->started_at = GetCurrentTimestamp();
