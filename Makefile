@@ -40,7 +40,7 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver
+EXTRA_CLEAN = test/receiver test/sql_names
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -50,7 +50,11 @@ include $(PGXS)
 test/receiver: test/receiver.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lmicrohttpd -lcjson -lcrypto -lpthread
 
-installcheck: test/receiver
+# The checker of the C code's SQL names (test/t/021_sql_qualified.pl).
+test/sql_names: test/sql_names.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lpg_query -lcjson
+
+installcheck: test/receiver test/sql_names
 
 # PGXS tracks no header dependencies: every object is rebuilt when one of
 # the project's headers changes (a changed struct must not leave stale objects).

@@ -151,7 +151,9 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 							  " SELECT $1, u.outbox, u.id, u.attempt, u.manual,"
 							  "        CASE WHEN u.ok THEN 'success' ELSE 'failed' END,"
 							  "        u.status, u.error_class, u.error, u.latency_ms, u.snippet, $2"
-							  "   FROM unnest($3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							  "   FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+							  "          pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9), pg_catalog.unnest($10),"
+							  "          pg_catalog.unnest($11), pg_catalog.unnest($12))"
 							  "        AS u(outbox, id, attempt, manual, ok, status, error_class, error,"
 							  "             latency_ms, snippet)",
 							  12, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
@@ -227,7 +229,7 @@ RelayTrimAttemptLog(void)
 {
 	static TimestampTz last_trim = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 
 	if (AttemptLogRetentionSecs <= 0 ||
@@ -241,11 +243,12 @@ RelayTrimAttemptLog(void)
 		RelayEndShortXact(CurrentMemoryContext);
 		return;
 	}
-	values[0] = Int32GetDatum(AttemptLogRetentionSecs);
+	/* the cutoff is computed here, so the statement needs no arithmetic */
+	values[0] = TimestampTzGetDatum(now - (TimestampTz) AttemptLogRetentionSecs * USECS_PER_SEC);
 	values[1] = Int32GetDatum(ATTEMPT_TRIM_CHUNK);
-	if (SPI_execute_with_args("DELETE FROM tide.relay_attempts WHERE id IN ("
+	if (SPI_execute_with_args("DELETE FROM tide.relay_attempts WHERE id OPERATOR(pg_catalog.=) ANY ("
 							  " SELECT id FROM tide.relay_attempts"
-							  "  WHERE attempted_at < now() - $1 * interval '1 second'"
+							  "  WHERE attempted_at OPERATOR(pg_catalog.<) $1"
 							  "  LIMIT $2)",
 							  2, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim tide.relay_attempts");

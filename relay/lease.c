@@ -73,7 +73,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 	values[3] = Int32GetDatum(p->lease_seconds);
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
 								  "SELECT FROM tide.tide_consumer_leases"
-								  " WHERE group_name = $1 AND consumer_id = $2",
+								  " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2",
 								  2, argtypes),
 						 values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look for messages of pipeline \"%s\"", p->name);
@@ -86,7 +86,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	if (SPI_execute_plan(TidePlan(&lease_plan,
-								  "SELECT id, payload::text, headers::text, to_json(created_at)::text"
+								  "SELECT id, payload::text, headers::text, pg_catalog.to_json(created_at)::text"
 								  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
 								  4, argtypes),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
@@ -130,8 +130,9 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 	RelayBeginShortXact("pg_tide relay: taking messages to retry");
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(limit);
-	if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM tide.relay_retry_queue"
-							  " WHERE pipeline_id = $1 AND next_attempt_at > clock_timestamp()",
+	if (SPI_execute_with_args("SELECT pg_catalog.min(next_attempt_at) FROM tide.relay_retry_queue"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
 	*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
@@ -139,9 +140,10 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 	if (isnull)
 		*next_due = 0;
 	if (SPI_execute_with_args("SELECT message_id, payload::text, headers::text,"
-							  "       to_json(created_at)::text, attempts, outbox_name, manual"
+							  "       pg_catalog.to_json(created_at)::text, attempts, outbox_name, manual"
 							  "  FROM tide.relay_retry_queue"
-							  " WHERE pipeline_id = $1 AND next_attempt_at <= clock_timestamp()"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
 							  " ORDER BY next_attempt_at, message_id LIMIT $2",
 							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
@@ -261,10 +263,13 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 			"  (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,"
 			"   next_attempt_at, last_status, last_error_class, last_error)"
 			" SELECT $1, u.outbox, u.id, u.payload::jsonb, u.headers::jsonb,"
-			"        (u.created_at::jsonb #>> '{}')::timestamptz, u.attempts,"
-			"        clock_timestamp() + u.delay_ms * interval '1 millisecond',"
-			"        nullif(u.status, 0), u.error_class, u.error"
-			"   FROM unnest($2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			"        (u.created_at::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz, u.attempts,"
+			"        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)"
+			"          (u.delay_ms::float8 OPERATOR(pg_catalog.*) interval '1 millisecond'),"
+			"        CASE WHEN u.status OPERATOR(pg_catalog.<>) 0 THEN u.status END, u.error_class, u.error"
+			"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
+			"          pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9),"
+			"          pg_catalog.unnest($10), pg_catalog.unnest($11))"
 			"        AS u(outbox, id, payload, headers, created_at, attempts, delay_ms, status, error_class, error)"
 			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
 			"    SET attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
@@ -273,22 +278,26 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 			11, argtypes, values, NULL, false, 0);
 	else
 		ret = SPI_execute_with_args(
-			"WITH u AS (SELECT * FROM unnest($2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			"WITH u AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
+			"          pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9),"
+			"          pg_catalog.unnest($10), pg_catalog.unnest($11))"
 			"             AS u(outbox, id, payload, headers, created_at, attempts, reason, status, error_class, error)),"
 			"     q AS (DELETE FROM tide.relay_retry_queue q USING u"
-			"            WHERE q.pipeline_id = $1 AND q.message_id = u.id"
+			"            WHERE q.pipeline_id OPERATOR(pg_catalog.=) $1"
+			"              AND q.message_id OPERATOR(pg_catalog.=) u.id"
 			"        RETURNING q.message_id, q.first_failed_at)"
 			" INSERT INTO tide.relay_dlq AS d"
 			"  (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts, reason,"
 			"   last_status, last_error_class, last_error, first_failed_at)"
 			" SELECT $1, u.outbox, u.id, u.payload::jsonb, u.headers::jsonb,"
-			"        (u.created_at::jsonb #>> '{}')::timestamptz, u.attempts, u.reason,"
-			"        nullif(u.status, 0), u.error_class, u.error, coalesce(q.first_failed_at, now())"
-			"   FROM u LEFT JOIN q ON q.message_id = u.id"
+			"        (u.created_at::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz, u.attempts, u.reason,"
+			"        CASE WHEN u.status OPERATOR(pg_catalog.<>) 0 THEN u.status END, u.error_class, u.error,"
+			"        coalesce(q.first_failed_at, pg_catalog.now())"
+			"   FROM u LEFT JOIN q ON q.message_id OPERATOR(pg_catalog.=) u.id"
 			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
 			"    SET attempts = EXCLUDED.attempts, reason = EXCLUDED.reason,"
 			"        last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
-			"        last_error = EXCLUDED.last_error, dead_lettered_at = now()",
+			"        last_error = EXCLUDED.last_error, dead_lettered_at = pg_catalog.now()",
 			11, argtypes, values, NULL, false, 0);
 	if (ret != SPI_OK_INSERT)
 		elog(ERROR, "could not record the failed deliveries of pipeline \"%s\"", p->name);
@@ -317,7 +326,8 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 	values[3] = CStringGetTextDatum(p->name);
 	values[4] = CStringGetTextDatum(p->outbox);
 	if (s->disable &&
-		SPI_execute_with_args("UPDATE tide.relay_outbox_config SET enabled = false WHERE name = $4",
+		SPI_execute_with_args("UPDATE tide.relay_outbox_config SET enabled = false"
+							  " WHERE name OPERATOR(pg_catalog.=) $4",
 							  5, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not disable pipeline \"%s\"", p->name);
 	if (s->offset_id > 0)
@@ -330,10 +340,10 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 		if (SPI_execute_plan(TidePlan(&durable_offset_plan,
 									  "INSERT INTO tide.relay_consumer_offsets AS o"
 									  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, updated_at)"
-									  " VALUES ($1, $4, $5, $3, now())"
+									  " VALUES ($1, $4, $5, $3, pg_catalog.now())"
 									  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
 									  "   SET last_change_id = greatest(o.last_change_id, EXCLUDED.last_change_id),"
-									  "       updated_at = now()",
+									  "       updated_at = pg_catalog.now()",
 									  5, argtypes),
 							 values, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not record the offset of pipeline \"%s\"", p->name);
@@ -353,7 +363,8 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 		args[0] = values[3];
 		args[1] = RelayMakeArray(done, NULL, ndone, INT8OID);
 		if (SPI_execute_with_args("DELETE FROM tide.relay_retry_queue"
-								  " WHERE pipeline_id = $1 AND message_id = ANY ($2)",
+								  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+								  "   AND message_id OPERATOR(pg_catalog.=) ANY ($2)",
 								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not update the retry queue of pipeline \"%s\"", p->name);
 	}

@@ -32,6 +32,12 @@
  * timeout_ms): a batch not recorded by then is leased again.
  */
 #define RELAY_LEASE_MARGIN_SECONDS	60
+/*
+ * The range of rate_limit.per_second: at the slowest one message every
+ * 1,000 s, so that the wait for a token always fits its arithmetic.
+ */
+#define RELAY_MIN_RATE_PER_SECOND	0.001
+#define RELAY_MAX_RATE_PER_SECOND	1000000.0
 /* The longest Retry-After a receiver is obeyed for. */
 #define RELAY_MAX_RETRY_AFTER_MS	3600000L
 /* Batches a pipeline may deliver in one pass before the others get their turn. */

@@ -34,7 +34,8 @@ RelaySweepOutboxes(void)
 	RelayBeginShortXact("pg_tide relay: sweeping outboxes");
 	if (RelayTryLockTable("tide_outbox_messages", RowExclusiveLock))
 	{
-		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide.outbox_sweep() ->> 'more' = 'true'",
+		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide.outbox_sweep() OPERATOR(pg_catalog.->>) 'more'"
+									  "  OPERATOR(pg_catalog.=) 'true'",
 									  0, NULL),
 							 NULL, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not sweep the outboxes");

@@ -64,7 +64,7 @@ RelayPinSessionSettings(void)
 	SetConfigOption("session_authorization",
 					GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false),
 					PGC_SUSET, PGC_S_OVERRIDE);
-	for (int i = 0; i < lengthof(pinned_settings); i++)
+	for (int i = 0; i < (int) lengthof(pinned_settings); i++)
 		SetConfigOption(pinned_settings[i].name, pinned_settings[i].value,
 						PGC_SUSET, PGC_S_OVERRIDE);
 	CommitTransactionCommand();

@@ -106,9 +106,9 @@ peek_group(const char *group)
 	if (SPI_execute_plan(TidePlan(&peek_group_plan,
 								  "SELECT g.outbox_name, g.leased_upto,"
 								  "       EXISTS (SELECT 1 FROM tide.tide_consumer_leases l"
-								  "                WHERE l.group_name = g.group_name"
-								  "                  AND l.expires_at <= clock_timestamp())"
-								  "  FROM tide.tide_consumer_groups g WHERE g.group_name = $1",
+								  "                WHERE l.group_name OPERATOR(pg_catalog.=) g.group_name"
+								  "                  AND l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+								  "  FROM tide.tide_consumer_groups g WHERE g.group_name OPERATOR(pg_catalog.=) $1",
 								  1, types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read consumer group \"%s\"", group);
@@ -152,8 +152,9 @@ fetch_messages(const char *outbox, int64 after, int64 upto, int limit)
 	if (SPI_execute_snapshot(TidePlan(&fetch_plan,
 									  "SELECT id, payload, headers, created_at"
 									  "  FROM tide.tide_outbox_messages"
-									  " WHERE outbox_name >= $1 AND outbox_name <= $1"
-									  "   AND consumed_at IS NULL AND id > $2 AND id <= $3"
+									  " WHERE outbox_name OPERATOR(pg_catalog.>=) $1 AND outbox_name OPERATOR(pg_catalog.<=) $1"
+									  "   AND consumed_at IS NULL AND id OPERATOR(pg_catalog.>) $2"
+									  "   AND id OPERATOR(pg_catalog.<=) $3"
 									  " ORDER BY outbox_name, id LIMIT $4",
 									  4, types),
 							 args, NULL, GetLatestSnapshot(), InvalidSnapshot,
@@ -192,7 +193,8 @@ set_lease(Datum group, Datum consumer, int64 start, int64 end, int visibility)
 	run_write(TidePlan(&set_lease_plan,
 					   "INSERT INTO tide.tide_consumer_leases"
 					   "   (group_name, consumer_id, lease_start, lease_end, expires_at)"
-					   " VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5))"
+					   " VALUES ($1, $2, $3, $4, pg_catalog.clock_timestamp()"
+					   "         OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $5))"
 					   " ON CONFLICT (group_name, consumer_id) DO UPDATE"
 					   "   SET lease_start = EXCLUDED.lease_start, lease_end = EXCLUDED.lease_end,"
 					   "       expires_at = EXCLUDED.expires_at",
@@ -209,7 +211,7 @@ delete_lease(Datum group, Datum consumer)
 
 	run_write(TidePlan(&delete_lease_plan,
 					   "DELETE FROM tide.tide_consumer_leases"
-					   " WHERE group_name = $1 AND consumer_id = $2",
+					   " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2",
 					   2, types),
 			  args);
 }
@@ -274,7 +276,8 @@ poll_own_lease(Poll *poll)
 
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
 								  "SELECT lease_start, lease_end FROM tide.tide_consumer_leases"
-								  " WHERE group_name = $1 AND consumer_id = $2 FOR UPDATE",
+								  " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2"
+								  " FOR UPDATE",
 								  2, types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read a consumer lease");
@@ -317,7 +320,8 @@ poll_expired_lease(Poll *poll)
 		if (SPI_execute_plan(TidePlan(&expired_lease_plan,
 									  "SELECT consumer_id, lease_start, lease_end"
 									  "  FROM tide.tide_consumer_leases"
-									  " WHERE group_name = $1 AND expires_at <= clock_timestamp()"
+									  " WHERE group_name OPERATOR(pg_catalog.=) $1"
+									  "   AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
 									  " ORDER BY lease_start LIMIT 1 FOR UPDATE",
 									  1, types),
 							 args, NULL, false, 1) != SPI_OK_SELECT)
@@ -339,7 +343,7 @@ poll_expired_lease(Poll *poll)
 
 			run_write(TidePlan(&shrink_lease_plan,
 							   "UPDATE tide.tide_consumer_leases SET lease_start = $3"
-							   " WHERE group_name = $1 AND consumer_id = $2",
+							   " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2",
 							   3, shrink_types),
 					  shrink_args);
 		}
@@ -368,7 +372,8 @@ poll_new_messages(Poll *poll)
 	args[0] = poll->group;
 	args[1] = Int64GetDatum(last);
 	run_write(TidePlan(&advance_plan,
-					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2 WHERE group_name = $1",
+					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2"
+					   " WHERE group_name OPERATOR(pg_catalog.=) $1",
 					   2, types),
 			  args);
 }
@@ -447,7 +452,7 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	run_write(TidePlan(&join_plan,
 					   "INSERT INTO tide.tide_consumer_offsets (group_name, consumer_id)"
 					   " VALUES ($1, $2)"
-					   " ON CONFLICT (group_name, consumer_id) DO UPDATE SET last_heartbeat = now()",
+					   " ON CONFLICT (group_name, consumer_id) DO UPDATE SET last_heartbeat = pg_catalog.now()",
 					   2, join_types),
 			  join_args);
 

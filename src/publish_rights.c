@@ -125,7 +125,7 @@ publish_allowed(Oid userid, const char *outbox)
 
 	args[0] = CStringGetTextDatum(outbox);
 	if (SPI_execute_plan(TidePlan(&grants_plan,
-								  "SELECT g.grantee::oid FROM tide.outbox_publish_grants g"
+								  "SELECT g.grantee::pg_catalog.oid FROM tide.outbox_publish_grants g"
 								  " WHERE g.outbox_name OPERATOR(pg_catalog.=) $1",
 								  1, types),
 						 args, NULL, true, 0) != SPI_OK_SELECT)
