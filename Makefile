@@ -50,7 +50,7 @@ include $(PGXS)
 test/receiver: test/receiver.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lmicrohttpd -lcjson -lcrypto -lpthread
 
-# The checker of the C code's SQL names (test/t/021_sql_qualified.pl).
+# The checker of the C code's SQL names (test/t/023_sql_qualified.pl).
 test/sql_names: test/sql_names.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lpg_query -lcjson
 

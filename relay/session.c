@@ -13,7 +13,7 @@
  * autovacuum and logical replication workers, it overrides every such
  * setting with a fixed value (PGC_S_OVERRIDE: no later SET, function SET
  * clause or reload can change it). Its SQL also names every function and
- * operator with its schema (test/t/021_sql_qualified.pl checks that), so
+ * operator with its schema (test/t/023_sql_qualified.pl checks that), so
  * neither defence depends on the other.
  */
 #include "postgres.h"

@@ -3,7 +3,7 @@
  *		Checks SQL statements for names that the search_path resolves: a
  *		function or operator named without its schema, a table without its
  *		schema (other than a WITH query's name), and, with --types, a type
- *		without its schema. test/t/021_sql_qualified.pl feeds it every SQL
+ *		without its schema. test/t/023_sql_qualified.pl feeds it every SQL
  *		statement of the extension's C code.
  *
  * Input on stdin: records separated by NUL bytes, each "<label>\n<sql>".

@@ -3,7 +3,7 @@
 # runs in its caller's search_path, its types too), so that no object a
 # database owner or caller creates can stand in for one of pg_catalog's.
 # The relay worker also pins its search_path (relay/session.c,
-# test/t/020_relay_worker_privileges.pl); this test keeps the second line of
+# test/t/022_relay_worker_privileges.pl); this test keeps the second line of
 # defence honest on its own.
 #
 # The statements are taken from the preprocessed sources (so macros and
