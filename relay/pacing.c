@@ -14,6 +14,11 @@
  * nothing is sent, live or from the retry queue, for cooldown_ms; then it is
  * half-open and one message is sent as a probe: a success closes it, a
  * failure opens it again for twice the cooldown (at most ten times it).
+ *
+ * The values come from the pipeline's config, which tide.relay_set_outbox
+ * validated; a row written by hand can hold anything, so every value is
+ * brought into the validator's range here and every wait is bounded: no
+ * config can make the worker wake up in the past (and spin) or never.
  */
 #include "postgres.h"
 
@@ -22,6 +27,28 @@
 #include "utils/timestamp.h"
 
 #include "relay.h"
+
+/*
+ * The range of rate_limit.per_second and burst the validator accepts: at
+ * least one message every 1,000 s, at most a million a second.
+ */
+#define RELAY_RATE_MIN_PER_SECOND	0.001
+#define RELAY_RATE_MAX_PER_SECOND	1000000.0
+#define RELAY_BURST_MAX				1000000
+/* The longest wait for a token: one token at the slowest rate. */
+#define RELAY_PACING_MAX_WAIT_MS	1000000.0
+/* The range of breaker.cooldown_ms the validator accepts. */
+#define RELAY_COOLDOWN_MIN_MS		100
+#define RELAY_COOLDOWN_MAX_MS		86400000
+
+/* The pipeline's rate, within the validator's range; 0 (or NaN): no limit. */
+static double
+pacing_rate(const RelayPipeline *p)
+{
+	if (!(p->rate_per_second > 0))
+		return 0;
+	return Min(Max(p->rate_per_second, RELAY_RATE_MIN_PER_SECOND), RELAY_RATE_MAX_PER_SECOND);
+}
 
 /* Names of the breaker's states, as relay_pipeline_status shows them. */
 const char *
@@ -68,19 +95,27 @@ RelayPacingAllowance(const RelayPipeline *p, RelayPacing *pc, int want, Timestam
 		if (pc->breaker == RELAY_BREAKER_HALF_OPEN)
 			allowed = 1;
 	}
-	if (p->rate_per_second > 0)
+	if (pacing_rate(p) > 0)
 	{
-		double		elapsed = pc->refilled_at == 0 ? 0 :
+		double		rate = pacing_rate(p);
+		double		burst = Min(Max(p->rate_burst, 1), RELAY_BURST_MAX);
+		/* a clock set back refills nothing */
+		double		elapsed = pc->refilled_at == 0 || now < pc->refilled_at ? 0 :
 			(double) (now - pc->refilled_at) / USECS_PER_SEC;
 
 		if (pc->refilled_at == 0)
-			pc->tokens = p->rate_burst;
-		pc->tokens = Min((double) p->rate_burst, pc->tokens + elapsed * p->rate_per_second);
+			pc->tokens = burst;
+		pc->tokens = Min(burst, pc->tokens + elapsed * rate);
+		if (!(pc->tokens >= -burst))
+			pc->tokens = -burst;
 		pc->refilled_at = now;
 		if (pc->tokens < 1)
 		{
-			*wake = TimestampTzPlusMilliseconds(now,
-												(long) ceil((1 - pc->tokens) * 1000 / p->rate_per_second));
+			/* computed in double and bounded before it becomes a long */
+			double		wait_ms = ceil((1 - pc->tokens) * 1000 / rate);
+
+			wait_ms = Min(Max(wait_ms, 1), RELAY_PACING_MAX_WAIT_MS);
+			*wake = TimestampTzPlusMilliseconds(now, (long) wait_ms);
 			return 0;
 		}
 		allowed = Min(allowed, (int) pc->tokens);
@@ -98,7 +133,7 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (p->rate_per_second > 0)
+	if (pacing_rate(p) > 0)
 		pc->tokens -= sent;
 	if (p->breaker_threshold <= 0 || (failures == 0 && successes == 0))
 		return;
@@ -113,12 +148,15 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 		pc->cooldown_ms = 0;
 		return;
 	}
-	pc->failures_in_row += failures;
+	pc->failures_in_row = (int) Min((int64) pc->failures_in_row + failures, PG_INT32_MAX);
 	if (pc->breaker == RELAY_BREAKER_HALF_OPEN ||
 		(pc->breaker == RELAY_BREAKER_CLOSED && pc->failures_in_row >= p->breaker_threshold))
 	{
-		pc->cooldown_ms = pc->cooldown_ms == 0 ? p->breaker_cooldown_ms :
-			Min(pc->cooldown_ms * 2, (long) p->breaker_cooldown_ms * 10);
+		long		cooldown = Min(Max(p->breaker_cooldown_ms, RELAY_COOLDOWN_MIN_MS),
+								   RELAY_COOLDOWN_MAX_MS);
+
+		pc->cooldown_ms = pc->cooldown_ms == 0 ? cooldown :
+			Min(pc->cooldown_ms * 2, cooldown * 10);
 		pc->breaker = RELAY_BREAKER_OPEN;
 		pc->breaker_until = TimestampTzPlusMilliseconds(now, pc->cooldown_ms);
 		ereport(LOG,

@@ -248,5 +248,6 @@ extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
 
 /* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
+extern bool RelayWorkerShouldStop(void);
 
 #endif							/* TIDE_RELAY_H */

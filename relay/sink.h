@@ -95,7 +95,10 @@ typedef struct RelayMessageOutcome
 /*
  * The outcome of delivering a batch: one entry per message in `each`
  * (allocated by RelaySinkDeliver), the acknowledged prefix, and whether the
- * receiver answered 410 Gone.
+ * receiver answered 410 Gone. A sink that waits asks RelayWorkerShouldStop
+ * (relay.h) between waits; when it says yes, the sink stops waiting,
+ * releases what it holds and sets `abandoned`: the worker then records
+ * nothing of the batch and leaves (the lease sends it again).
  */
 typedef struct RelayDeliveryResult
 {
@@ -103,6 +106,7 @@ typedef struct RelayDeliveryResult
 	int			delivered;		/* messages acknowledged */
 	int			acked;			/* length of the acknowledged prefix */
 	bool		gone;			/* the receiver answered 410 Gone */
+	bool		abandoned;		/* the worker must stop: the outcomes mean nothing */
 } RelayDeliveryResult;
 
 /* Sets one message's failure. */

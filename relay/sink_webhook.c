@@ -14,6 +14,9 @@
  *	  with ordering 'strict' (what follows is delivered again anyway), nor
  *	  after the destination itself failed (the others would fail alike),
  *	  nor in the last tenth of timeout_ms (it could not be answered).
+ *	  Between slices RelayWorkerShouldStop (worker.c) may say the worker
+ *	  must stop (the relay switched off on reload, a pause): the batch is
+ *	  then abandoned, its requests released and nothing of it recorded.
  * 3. Classify each message (sink.h): 2xx delivered; 408, 425, 429, 5xx and
  *	  a timeout once connected are the message's retryable failures; other
  *	  statuses its permanent failures (redirects are never followed; 410
@@ -50,6 +53,7 @@
 #include "utils/json.h"
 
 #include "address.h"
+#include "relay.h"
 #include "signature.h"
 #include "sink.h"
 
@@ -534,6 +538,12 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		/* An orphan of a dead postmaster stops at once (see relay.h). */
 		if (!PostmasterIsAlive())
 			proc_exit(1);
+		/* The relay switched off, a pause: the batch is abandoned (relay.h). */
+		if (RelayWorkerShouldStop())
+		{
+			result->abandoned = true;
+			break;
+		}
 	}
 
 	for (i = 0; i < nreqs; i++)

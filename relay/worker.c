@@ -10,7 +10,11 @@
  *	  the worker at the next CHECK_FOR_INTERRUPTS.
  * 3. Leave cleanly when the relay is switched off, when a command needs the
  *	  database to itself (a pause, see launcher.c) or when pg_tide is no
- *	  longer installed (DROP EXTENSION).
+ *	  longer installed (DROP EXTENSION). The first two are decided by
+ *	  RelayWorkerShouldStop, which a sink also asks while it waits on a
+ *	  batch: it then abandons the batch, nothing of it is recorded, and the
+ *	  worker leaves at once (the batch's lease makes the next worker deliver
+ *	  it again).
  * 4. The pass itself: read the enabled pipelines in one short transaction
  *	  (pipelines.c),
  *	  then for each: lease a batch (short transaction, lease.c), deliver it
@@ -69,6 +73,8 @@
 
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
+/* Why RelayWorkerShouldStop last said the worker must stop. */
+static const char *stop_reason = "asked to stop";
 
 /* Tells the launcher, through the slot, that this worker has ended and why. */
 static void
@@ -91,6 +97,34 @@ worker_leave(RelayExitReason reason, const char *why)
 	ereport(DEBUG1, (errmsg("pg_tide relay worker for database %u stops: %s",
 							MyDatabaseId, why)));
 	proc_exit(0);
+}
+
+/*
+ * Whether this worker must stop now: the relay is switched off (a pending
+ * reload is taken first, so that a worker waiting on a batch sees it) or a
+ * command needs the database to itself (a pause, see launcher.c). The one
+ * place that decides it, for the worker loop and for a sink waiting on a
+ * batch (which then abandons it, see RelayDeliveryResult.abandoned); the
+ * reason is kept for worker_leave. Runs no SQL; outside a relay worker it
+ * always says no.
+ */
+bool
+RelayWorkerShouldStop(void)
+{
+	if (my_slot == NULL)
+		return false;
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	if (!RelayEnabled)
+		stop_reason = "pg_tide.relay_enabled is off";
+	else if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
+		stop_reason = "a command needs the database to itself";
+	else
+		return false;
+	return true;
 }
 
 /*
@@ -268,6 +302,7 @@ deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool fro
 	memset(r, 0, sizeof(*r));
 	r->each = palloc0(sizeof(RelayMessageOutcome) * n);
 	r->gone = sub.gone;
+	r->abandoned = sub.abandoned;
 	for (i = 0; i < n; i++)
 	{
 		if (pos[i] >= 0)
@@ -324,6 +359,9 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
 	deliver_routed(p, msgs, n, from_queue, &r, &s.filtered);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	/* Stopped while it waited: nothing is recorded, the lease sends it again. */
+	if (r.abandoned)
+		worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 
 	s.n = n;
 	s.msgs = msgs;
@@ -515,6 +553,9 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 
 		CHECK_FOR_INTERRUPTS();
 		RelayExitIfPostmasterDied();
+		/* A backlog does not keep a stopped worker: it leaves between batches. */
+		if (RelayWorkerShouldStop())
+			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 		limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
 		if (limit == 0)
 		{
@@ -718,10 +759,13 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 			if (WakeCommitCount(MyDatabaseId) != seen)
 				return true;
 		}
-		/* SQL changed a pipeline or queued retries (relay_control.c). */
-		if (ConfigReloadPending || !RelayEnabled ||
-			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests ||
-			RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
+		/*
+		 * The worker must stop (a reload is taken here: a new naptime counts
+		 * from the next slice), or SQL changed a pipeline or queued retries
+		 * (relay_control.c).
+		 */
+		if (RelayWorkerShouldStop() ||
+			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
 			return false;
 	}
 }
@@ -790,15 +834,8 @@ RelayWorkerMain(Datum main_arg)
 		seen = WakeCommitCount(MyDatabaseId);
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (!RelayEnabled)
-			worker_leave(RELAY_EXIT_STOPPED, "pg_tide.relay_enabled is off");
-		if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
-			worker_leave(RELAY_EXIT_STOPPED, "a command needs the database to itself");
+		if (RelayWorkerShouldStop())
+			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 
 		PG_TRY();
 		{

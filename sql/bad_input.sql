@@ -256,6 +256,68 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "relative/out.jsonl"}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "/tmp/out\n.jsonl"}')$c$);
 
+-- relay pipelines: numbers the relay cannot use. Each is refused by its
+-- validator, so no accepted config can stop a pipeline (1e-400 does not fit
+-- float8, 2147483648 does not fit int4) or make the worker spin (a rate of
+-- 1e-20 a second); the relay also bounds what a row written by hand holds.
+INSERT INTO calls (expect, call)
+SELECT '22023', format('SELECT tide.relay_set_outbox(''bi_p'', ''bi_orders'', ''bi_g3'', %L)',
+					   '{"sink_type": "webhook", "url": "https://example.com/", ' || cfg || '}')
+  FROM (VALUES
+	('"rate_limit": {"per_second": 1e-400}'),
+	('"rate_limit": {"per_second": 1e-20}'),
+	('"rate_limit": {"per_second": 0.0009}'),
+	('"rate_limit": {"per_second": 0}'),
+	('"rate_limit": {"per_second": -1}'),
+	('"rate_limit": {"per_second": 1000000.5}'),
+	('"rate_limit": {"per_second": 1e400}'),
+	('"rate_limit": {"per_second": "1e-20"}'),
+	('"rate_limit": {"per_second": null}'),
+	('"rate_limit": {"per_second": [1]}'),
+	('"rate_limit": {"per_second": 1, "burst": 0}'),
+	('"rate_limit": {"per_second": 1, "burst": -1}'),
+	('"rate_limit": {"per_second": 1, "burst": 1e-400}'),
+	('"rate_limit": {"per_second": 1, "burst": 2147483648}'),
+	('"rate_limit": {"per_second": 1, "burst": "5"}'),
+	('"rate_limit": 50'),
+	('"breaker": {"failure_threshold": 0}'),
+	('"breaker": {"failure_threshold": 1e-400}'),
+	('"breaker": {"failure_threshold": 2147483648}'),
+	('"breaker": {"failure_threshold": true}'),
+	('"breaker": {"cooldown_ms": 99}'),
+	('"breaker": {"cooldown_ms": -1}'),
+	('"breaker": {"cooldown_ms": 86400001}'),
+	('"breaker": {"cooldown_ms": 1e400}'),
+	('"retry": {"base_ms": 9}'),
+	('"retry": {"base_ms": 1e-400}'),
+	('"retry": {"cap_ms": 1e20}'),
+	('"retry": {"base_ms": 1000, "cap_ms": 999}'),
+	('"retry": {"max_attempts": 0}'),
+	('"retry": {"max_attempts": 101}'),
+	('"retry": {"max_attempts": 2147483648}'),
+	('"timeout_ms": 1e-400'),
+	('"timeout_ms": 99'),
+	('"timeout_ms": 600001'),
+	('"timeout_ms": 2147483648'),
+	('"max_in_flight": 0'),
+	('"max_in_flight": 1001'),
+	('"max_in_flight": -2147483649'),
+	('"batch_size": 1e-400'),
+	('"batch_size": -0.5'),
+	('"batch_size": 1001'),
+	('"alerts": {"failure_threshold": 0}'),
+	('"alerts": {"failure_threshold": 1000001}'),
+	('"alerts": {"failure_threshold": 1e-400}'),
+	('"alerts": {"failure_threshold": "100"}')) AS v (cfg)
+UNION ALL
+SELECT '22023', format('SELECT tide.relay_set_outbox(''bi_p'', ''bi_orders'', ''bi_g3'', %L)',
+					   '{"sink_type": "file", "path": "/tmp/bi.jsonl", ' || cfg || '}')
+  FROM (VALUES
+	('"batch_size": 1001'),
+	('"batch_size": 1e-400'),
+	('"rate_limit": {"per_second": 1e-400}'),
+	('"breaker": {"cooldown_ms": 1e400}')) AS v (cfg);
+
 -- relay pipelines: hostile URLs
 INSERT INTO calls (expect, call)
 SELECT '22023', format('SELECT tide.relay_set_outbox(''bi_p'', ''bi_orders'', ''bi_g3'', %L)', cfg)

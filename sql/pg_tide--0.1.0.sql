@@ -1770,7 +1770,18 @@ BEGIN
 END
 $$;
 
+-- A number as a message shows it: as written when short, else in
+-- scientific notation (1e-400 written out has 402 characters).
+CREATE FUNCTION tide._relay_number_text(p_n numeric)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+AS $$
+	SELECT CASE WHEN length(p_n::text) <= 20 THEN p_n::text
+				ELSE btrim(to_char(p_n, '9.999EEEE')) END
+$$;
+
 -- An integer config value within [p_min, p_max], or p_default when absent.
+-- Every caller's range lies within int4, which is what the relay reads.
 CREATE FUNCTION tide._relay_int(p_obj jsonb, p_field text, p_key text,
 								p_min bigint, p_max bigint, p_default bigint)
 RETURNS bigint
@@ -1787,13 +1798,14 @@ BEGIN
 	IF jsonb_typeof(v) <> 'number' OR v::numeric <> trunc(v::numeric) THEN
 		PERFORM tide._relay_bad_config(
 			format('config key "%s" must be an integer, not %s', p_key,
-				   CASE WHEN jsonb_typeof(v) = 'number' THEN v::text ELSE jsonb_typeof(v) END),
+				   CASE WHEN jsonb_typeof(v) = 'number' THEN tide._relay_number_text(v::numeric)
+				   ELSE jsonb_typeof(v) END),
 			hint);
 	END IF;
 	n := v::numeric;
 	IF n < p_min OR n > p_max THEN
 		PERFORM tide._relay_bad_config(
-			format('config key "%s" is out of range: %s', p_key, n), hint);
+			format('config key "%s" is out of range: %s', p_key, tide._relay_number_text(n)), hint);
 	END IF;
 	RETURN n::bigint;
 END
@@ -2003,8 +2015,9 @@ $$;
 
 -- Validates the optional "rate_limit" and "breaker" objects of a pipeline
 -- config and returns them with their defaults ({} when neither is given):
--- rate_limit.per_second (messages a second, fractions allowed) and
--- rate_limit.burst (messages at once, default per_second rounded up);
+-- rate_limit.per_second (messages a second, fractions allowed, from 0.001
+-- to 1000000) and rate_limit.burst (messages at once, default per_second
+-- rounded up);
 -- breaker.failure_threshold (failed attempts in a row that open it, default
 -- 20) and breaker.cooldown_ms (how long it stays open, default 30000).
 CREATE FUNCTION tide._relay_pacing_config(p_config jsonb)
@@ -2016,6 +2029,8 @@ DECLARE
 	b jsonb := p_config -> 'breaker';
 	result jsonb := '{}';
 	per_second numeric;
+	rate_hint text := 'Give "rate_limit.per_second" as a number from 0.001 (one message every 1,000 s) '
+					  'to 1000000; tide.relay_disable() stops a pipeline.';
 BEGIN
 	IF r IS NOT NULL THEN
 		PERFORM tide._relay_check_type('rate_limit', r, 'object',
@@ -2025,13 +2040,18 @@ BEGIN
 			PERFORM tide._relay_bad_config('config key "rate_limit.per_second" is missing',
 				'Give "rate_limit.per_second", the messages a second the pipeline may send, for example 50.');
 		END IF;
-		PERFORM tide._relay_check_type('rate_limit.per_second', r -> 'per_second', 'number',
-			'Give "rate_limit.per_second" as a number above 0 and at most 1000000.');
+		PERFORM tide._relay_check_type('rate_limit.per_second', r -> 'per_second', 'number', rate_hint);
 		per_second := (r ->> 'per_second')::numeric;
-		IF per_second <= 0 OR per_second > 1000000 THEN
+		-- At least 0.001, one message every 1,000 s: the relay computes the
+		-- bucket in float8, which cannot hold every numeric above 0 (1e-400
+		-- is none), and a slower pipeline is better disabled than woken up
+		-- for a message a day; the relay bounds its wait to match
+		-- (relay/pacing.c). At most 1000000, beyond what a worker sends.
+		IF per_second < 0.001 OR per_second > 1000000 THEN
 			PERFORM tide._relay_bad_config(
-				format('config key "rate_limit.per_second" is out of range: %s', per_second),
-				'Give "rate_limit.per_second" as a number above 0 and at most 1000000.');
+				format('config key "rate_limit.per_second" is out of range: %s',
+					   tide._relay_number_text(per_second)),
+				rate_hint);
 		END IF;
 		result := result || jsonb_build_object('rate_limit', jsonb_build_object(
 			'per_second', per_second,

@@ -92,6 +92,15 @@ SELECT tide.relay_get_config('op_paced') -> 'rate_limit' AS rate_limit,
 SELECT tide.relay_set_outbox('op_paced', 'op_more', 'op_paced_group',
 	'{"sink_type": "webhook", "url": "https://example.com/s"}');
 SELECT tide.relay_get_config('op_paced') ?| ARRAY['rate_limit', 'breaker'] AS still_paced;
+-- per_second from 0.001 (one message every 1,000 s) to 1000000
+SELECT tide.relay_set_outbox('op_paced', 'op_more', 'op_paced_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": 0.001}}');
+SELECT tide.relay_get_config('op_paced') -> 'rate_limit' AS slowest;
+SELECT tide.relay_set_outbox('op_paced', 'op_more', 'op_paced_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": 1e6}}');
+SELECT tide.relay_get_config('op_paced') -> 'rate_limit' AS fastest;
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
+	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"per_second": 1e-400}}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',
 	'{"sink_type": "webhook", "url": "https://example.com/s", "rate_limit": {"burst": 5}}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_group',

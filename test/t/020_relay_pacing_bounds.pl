@@ -1,0 +1,110 @@
+# A pipeline config written by hand (as a superuser, past
+# tide.relay_set_outbox and its validation) with "rate_limit":
+# {"per_second": 1e-20}: the wait for its next token, about 1e23 ms, once
+# overflowed a long, so the worker woke up in the past and ran pass after
+# pass (104,901 in 3 s at 96 % CPU). The wait is now bounded
+# (relay/pacing.c): over 3 s the worker makes a few passes and uses little
+# CPU, the paced pipeline sends no more than its first token allows, and a
+# healthy pipeline in the same database still delivers at once.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
+use PgTide::Receiver;
+use POSIX ();
+use Time::HiRes qw(time usleep);
+
+my $node = tide_node('pacing_bounds', "pg_tide.relay_naptime_ms = 500\n");
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $rcv = PgTide::Receiver->new(dir => $dir);
+$rcv->start;
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+# Waits until the sub returns true, at most $timeout seconds; returns the
+# time taken, or undef.
+sub wait_until
+{
+	my ($cond, $timeout, $step) = @_;
+	my $start = time();
+	while (time() - $start < $timeout)
+	{
+		return time() - $start if $cond->();
+		usleep($step // 20_000);
+	}
+	return undef;
+}
+
+# The requests answered 200 at a path.
+sub delivered_at
+{
+	my ($path) = @_;
+	return scalar(grep { $_->{path} eq $path && $_->{status} == 200 } $rcv->requests);
+}
+
+# The worker's CPU time so far, in seconds (utime + stime of /proc/<pid>/stat).
+sub cpu_seconds
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return undef;
+	my $stat = <$fh>;
+	close $fh;
+	$stat =~ s/^.*\) //;
+	my @f = split / /, $stat;
+	return ($f[11] + $f[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+}
+
+# Two pipelines: "healthy" (outbox orders) and "tiny" (outbox slow), both
+# set the usual way, then tiny's rate written by hand.
+sql("SELECT tide.outbox_create('orders')");
+sql("SELECT tide.outbox_create('slow')");
+sql("SELECT tide.relay_set_outbox('healthy', 'orders', 'healthy_group', jsonb_build_object(
+	  'sink_type', 'webhook', 'url', '" . $rcv->url('/healthy') . "', 'allow_http', true,
+	  'allow_private_network', true))");
+sql("SELECT tide.relay_set_outbox('tiny', 'slow', 'tiny_group', jsonb_build_object(
+	  'sink_type', 'webhook', 'url', '" . $rcv->url('/tiny') . "', 'allow_http', true,
+	  'allow_private_network', true, 'batch_size', 10,
+	  'rate_limit', jsonb_build_object('per_second', 1, 'burst', 1)))");
+sql("UPDATE tide.relay_outbox_config
+		SET config = jsonb_set(config, '{rate_limit,per_second}', '1e-20')
+	  WHERE name = 'tiny'");
+is(sql("SELECT config #>> '{rate_limit,per_second}' FROM tide.relay_outbox_config WHERE name = 'tiny'"),
+	'0.00000000000000000001', 'the hand-written row holds per_second 1e-20');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_workers() WHERE database = 'postgres'") eq '1' }, 10),
+	'database postgres has a relay worker');
+my $pid = sql("SELECT pid FROM tide.relay_workers() WHERE database = 'postgres'");
+
+# The first message takes the bucket's only token; the others wait for the
+# next one, which at that rate never comes.
+sql("SELECT tide.outbox_publish('slow', jsonb_build_object('n', g)) FROM generate_series(1, 3) g");
+ok(defined wait_until(sub { delivered_at('/tiny') >= 1 }, 10), 'the paced pipeline sends its first message');
+usleep(500_000);
+
+my $passes0 = sql("SELECT passes FROM tide.relay_workers() WHERE database = 'postgres'");
+my $cpu0 = cpu_seconds($pid);
+my $t0 = time();
+usleep(3_000_000);
+my $passes = sql("SELECT passes FROM tide.relay_workers() WHERE database = 'postgres'") - $passes0;
+my $cpu = cpu_seconds($pid) - $cpu0;
+my $elapsed = time() - $t0;
+note(sprintf('over %.1f s: %d passes, %.2f s of CPU', $elapsed, $passes, $cpu));
+cmp_ok($passes, '<=', 20, 'the worker does not spin: at most 20 passes in 3 s (naptime 500 ms)');
+cmp_ok($cpu, '<', 0.3, 'the worker uses under 10 % of a CPU');
+is(delivered_at('/tiny'), 1, 'the paced pipeline sent no more than its first token allowed');
+
+# The healthy pipeline in the same database still delivers at once.
+my $t_pub = time();
+sql("SELECT tide.outbox_publish('orders', jsonb_build_object('n', g)) FROM generate_series(1, 5) g");
+my $took = defined wait_until(sub { delivered_at('/healthy') >= 5 }, 10) ? time() - $t_pub : undef;
+ok(defined $took && $took < 2, 'a healthy pipeline in the same database delivers within 2 s');
+note(sprintf('healthy pipeline: 5 messages delivered %.2f s after the publishing psql started', $took))
+  if defined $took;
+is(sql("SELECT pid FROM tide.relay_workers() WHERE database = 'postgres'"), $pid, 'by the same worker');
+
+$rcv->stop;
+$node->stop;
+done_testing();
