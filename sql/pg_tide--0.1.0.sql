@@ -2212,10 +2212,26 @@ BEGIN
 END
 $$;
 
+-- Whether a header's value is a secret by the header's name alone: the
+-- headers that carry credentials (Authorization, Proxy-Authorization,
+-- Cookie, Set-Cookie, X-Api-Key, X-Auth-Token, X-Session-Id,
+-- X-Hub-Signature, ...), that is any name that contains auth, cookie,
+-- token, secret, key, passw (password, passwd), pwd, credential, session,
+-- signature or jwt, in any case. The one place of this rule: every output
+-- that shows a config redacts through tide._relay_redact, which asks here.
+CREATE FUNCTION tide._relay_secret_header(p_name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT
+RETURN pg_catalog.lower(p_name)
+	   OPERATOR(pg_catalog.~) '(auth|cookie|token|secret|key|passw|pwd|credential|session|signature|jwt)';
+COMMENT ON FUNCTION tide._relay_secret_header(text)
+	IS 'internal: whether a header of this name carries a credential, so that its value is redacted';
+
 -- The config with secrets replaced by "********": signing_secret, the
--- values of headers marked {"secret": true}, and the values of headers whose
--- name contains authorization, token, secret or key. References to secrets
--- ({"env": ...}, {"file": ...}) are shown: they are names, not secrets.
+-- values of headers marked {"secret": true}, and the values of headers
+-- whose name says they carry a credential (tide._relay_secret_header).
+-- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
+-- names, not secrets.
 CREATE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
@@ -2235,10 +2251,10 @@ AS $$
 				jsonb_build_object('headers', coalesce((
 					SELECT jsonb_object_agg(key,
 							CASE WHEN jsonb_typeof(value) = 'object' AND value ? 'value'
-									  AND (value -> 'secret' = 'true' OR lower(key) ~ '(authorization|token|secret|key)')
+									  AND (value -> 'secret' = 'true' OR tide._relay_secret_header(key))
 								 THEN value || '{"value": "********"}'
 								 WHEN jsonb_typeof(value) = 'object' THEN value
-								 WHEN lower(key) ~ '(authorization|token|secret|key)'
+								 WHEN tide._relay_secret_header(key)
 								 THEN '"********"' ELSE value END)
 					  FROM jsonb_each(p_config -> 'headers')), '{}'))
 		   ELSE '{}' END
