@@ -1539,7 +1539,7 @@ BEGIN
 	PERFORM tide._check_batch_size(p_batch_size);
 	tbl := tide._inbox_table(cfg);
 	rowtype := (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid = tbl::regclass);
-	SELECT n.nspname, p.proname, p.pronargs, p.proargtypes[0] AS argtype, p.prokind
+	SELECT n.nspname, p.proname, p.pronargs, p.proargtypes[0] AS argtype, p.prokind, p.pronamespace
 	  INTO h
 	  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 	 WHERE p.oid = p_handler;
@@ -1548,6 +1548,23 @@ BEGIN
 						p_handler, rowtype::regtype
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = format('Declare it as CREATE FUNCTION ...(m %s) RETURNS void ...', rowtype::regtype);
+	END IF;
+	-- The caller's missing right is the caller's error, not the events':
+	-- refused before any event is claimed, or every one would fail with
+	-- 42501 and be dead-lettered in the end.
+	IF NOT pg_catalog.has_schema_privilege(h.pronamespace, 'USAGE') THEN
+		RAISE EXCEPTION 'permission denied for schema % of handler %', h.nspname, p_handler::regprocedure
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'No event was claimed or changed.',
+				  HINT = pg_catalog.format('Grant USAGE on schema %I to role %I, or process the inbox as a role that has it.',
+										   h.nspname, current_user);
+	END IF;
+	IF NOT pg_catalog.has_function_privilege(p_handler::oid, 'EXECUTE') THEN
+		RAISE EXCEPTION 'permission denied for handler %', p_handler::regprocedure
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'No event was claimed or changed.',
+				  HINT = pg_catalog.format('Grant EXECUTE on function %s to role %I, or process the inbox as a role that has it.',
+										   p_handler::regprocedure, current_user);
 	END IF;
 	call := format('SELECT %I.%I(t) FROM %s t WHERE t.event_id = $1', h.nspname, h.proname, tbl);
 
