@@ -18,7 +18,8 @@ OBJS = \
 	relay/message.o \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
-	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o
+	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
+	relay/clean_text.o
 
 DATA = $(wildcard sql/pg_tide--*.sql)
 

@@ -20,7 +20,6 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -38,37 +37,17 @@
 int			AttemptLogRetentionSecs = 7 * 24 * 3600;
 
 /*
- * The answer's first bytes as text the database can store: control
- * characters dropped, bytes that are not valid in the database encoding
- * replaced by '?', at most ATTEMPT_SNIPPET_BYTES.
+ * The answer's first bytes as text the database can store, at most
+ * ATTEMPT_SNIPPET_BYTES: see RelayCleanText (clean_text.c).
  */
 static char *
 snippet(const char *raw)
 {
-	StringInfoData clean;
-	StringInfoData out;
-	int			pos = 0;
+	size_t		len = strlen(raw);
+	char	   *out = palloc(Min(len, ATTEMPT_SNIPPET_BYTES) + 1);
 
-	initStringInfo(&clean);
-	for (; *raw && clean.len < ATTEMPT_SNIPPET_BYTES; raw++)
-		if ((unsigned char) *raw >= 0x20 && *raw != 0x7f)
-			appendStringInfoChar(&clean, *raw);
-	initStringInfo(&out);
-	while (pos < clean.len)
-	{
-		int			valid = pg_encoding_verifymbstr(GetDatabaseEncoding(),
-												   clean.data + pos, clean.len - pos);
-
-		appendBinaryStringInfo(&out, clean.data + pos, valid);
-		pos += valid;
-		if (pos < clean.len)
-		{
-			appendStringInfoChar(&out, '?');
-			pos++;
-		}
-	}
-	pfree(clean.data);
-	return out.data;
+	RelayCleanText(out, Min(len, ATTEMPT_SNIPPET_BYTES) + 1, raw, len);
+	return out;
 }
 
 /* A one-dimensional array of n Datums of a type, with optional nulls. */

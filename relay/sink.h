@@ -157,6 +157,12 @@ RelaySinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 		}
 }
 
+/*
+ * clean_text.c: text from outside (an answer, an error built around it) as
+ * the database can store it; no palloc, no ERROR.
+ */
+extern size_t RelayCleanText(char *dst, size_t dstsize, const char *src, size_t srclen);
+
 /* message.c */
 extern void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
 extern void RelayAppendMessageJson(StringInfo buf, const RelayMessage *m);

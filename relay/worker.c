@@ -317,6 +317,37 @@ deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool fro
 	}
 }
 
+/*
+ * Makes the texts of a batch's outcomes storable (clean_text.c): whatever
+ * a sink puts there may come from the receiver, in any encoding and cut
+ * anywhere. Done here, once for every sink, before anything is logged or
+ * recorded.
+ */
+static void
+clean_outcomes(RelayDeliveryResult *r, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		RelayMessageOutcome *o = &r->each[i];
+		char		buf[Max(sizeof(o->error), sizeof(o->error_class))];
+
+		RelayCleanText(buf, sizeof(o->error), o->error, strlen(o->error));
+		strlcpy(o->error, buf, sizeof(o->error));
+		RelayCleanText(buf, sizeof(o->error_class), o->error_class, strlen(o->error_class));
+		strlcpy(o->error_class, buf, sizeof(o->error_class));
+		if (o->response)
+		{
+			size_t		len = strlen(o->response);
+			char	   *clean = palloc(len + 1);
+
+			RelayCleanText(clean, len + 1, o->response, len);
+			o->response = clean;
+		}
+	}
+}
+
 /* What happens to the batch's messages after their delivery. */
 typedef enum BatchEnd
 {
@@ -362,6 +393,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	/* Stopped while it waited: nothing is recorded, the lease sends it again. */
 	if (r.abandoned)
 		worker_leave(RELAY_EXIT_STOPPED, stop_reason);
+	clean_outcomes(&r, n);
 
 	s.n = n;
 	s.msgs = msgs;

@@ -250,6 +250,45 @@ SELECT pg_temp.try($$SELECT tide.inbox_process('orders', 'no_such_function')$$);
 DROP FUNCTION wrong_arg(text), wrong_args(tide.orders_inbox, int);
 DROP PROCEDURE wrong_kind(tide.orders_inbox);
 
+-- a caller without the right to run the handler is refused up front
+-- (42501, with a hint): no event is claimed, counted or dead-lettered; with
+-- the right it processes them
+SELECT tide.inbox_create('guarded', p_max_retries => 1);
+SELECT tide.inbox_receive('guarded', 'g-' || i, jsonb_build_object('n', i)) FROM generate_series(1, 3) i;
+SELECT tide.inbox_mark_failed('guarded', 'g-3', 'once');
+CREATE ROLE regress_tide_processor IN ROLE tide_consumer;
+CREATE SCHEMA regress_app;
+CREATE FUNCTION regress_app.handle(m tide.guarded_inbox) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+REVOKE EXECUTE ON FUNCTION regress_app.handle(tide.guarded_inbox) FROM PUBLIC;
+CREATE TEMP TABLE guarded_before AS SELECT * FROM tide.guarded_inbox;
+GRANT SELECT ON guarded_before TO regress_tide_processor;
+SET ROLE regress_tide_processor;
+-- no USAGE on the handler's schema (its name does not even resolve; given
+-- by oid, inbox_process refuses it), then no EXECUTE on the handler
+SELECT pg_temp.try($$SELECT tide.inbox_process('guarded', 'regress_app.handle')$$);
+SELECT pg_temp.try(format('SELECT tide.inbox_process(%L, %s::regproc)', 'guarded',
+	(SELECT p.oid FROM pg_proc p WHERE p.proname = 'handle' AND p.pronamespace = 'regress_app'::regnamespace)));
+RESET ROLE;
+GRANT USAGE ON SCHEMA regress_app TO regress_tide_processor;
+SET ROLE regress_tide_processor;
+SELECT pg_temp.try($$SELECT tide.inbox_process('guarded', 'regress_app.handle')$$);
+SELECT pg_temp.try($$SELECT tide.inbox_process('guarded', 'regress_app.handle(tide.guarded_inbox)'::regprocedure)$$);
+-- every event exactly as it was: retry_count, state, claim, no dead letter
+SELECT (SELECT count(*) FROM (TABLE tide.guarded_inbox EXCEPT TABLE guarded_before) a) AS changed,
+	   (SELECT count(*) FROM (TABLE guarded_before EXCEPT TABLE tide.guarded_inbox) b) AS gone;
+SELECT count(*) AS dead_letters FROM tide.inbox_dlq('guarded');
+RESET ROLE;
+SELECT event_id, state, retry_count, last_error FROM pg_temp.msgs('tide.guarded_inbox');
+GRANT EXECUTE ON FUNCTION regress_app.handle(tide.guarded_inbox) TO regress_tide_processor;
+SET ROLE regress_tide_processor;
+SELECT tide.inbox_process('guarded', 'regress_app.handle') AS processed;
+RESET ROLE;
+SELECT event_id, state, retry_count, last_error FROM pg_temp.msgs('tide.guarded_inbox');
+DROP TABLE guarded_before;
+DROP SCHEMA regress_app CASCADE;
+DROP ROLE regress_tide_processor;
+SELECT tide.inbox_drop('guarded');
+
 -- status
 SELECT tide.inbox_receive('orders', 'o-8', '{"order": 8}');
 SELECT tide.inbox_receive('orders', 'o-9', '{"order": 9}');

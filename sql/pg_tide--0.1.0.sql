@@ -1539,7 +1539,7 @@ BEGIN
 	PERFORM tide._check_batch_size(p_batch_size);
 	tbl := tide._inbox_table(cfg);
 	rowtype := (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid = tbl::regclass);
-	SELECT n.nspname, p.proname, p.pronargs, p.proargtypes[0] AS argtype, p.prokind
+	SELECT n.nspname, p.proname, p.pronargs, p.proargtypes[0] AS argtype, p.prokind, p.pronamespace
 	  INTO h
 	  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 	 WHERE p.oid = p_handler;
@@ -1548,6 +1548,23 @@ BEGIN
 						p_handler, rowtype::regtype
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = format('Declare it as CREATE FUNCTION ...(m %s) RETURNS void ...', rowtype::regtype);
+	END IF;
+	-- The caller's missing right is the caller's error, not the events':
+	-- refused before any event is claimed, or every one would fail with
+	-- 42501 and be dead-lettered in the end.
+	IF NOT pg_catalog.has_schema_privilege(h.pronamespace, 'USAGE') THEN
+		RAISE EXCEPTION 'permission denied for schema % of handler %', h.nspname, p_handler::regprocedure
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'No event was claimed or changed.',
+				  HINT = pg_catalog.format('Grant USAGE on schema %I to role %I, or process the inbox as a role that has it.',
+										   h.nspname, current_user);
+	END IF;
+	IF NOT pg_catalog.has_function_privilege(p_handler::oid, 'EXECUTE') THEN
+		RAISE EXCEPTION 'permission denied for handler %', p_handler::regprocedure
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'No event was claimed or changed.',
+				  HINT = pg_catalog.format('Grant EXECUTE on function %s to role %I, or process the inbox as a role that has it.',
+										   p_handler::regprocedure, current_user);
 	END IF;
 	call := format('SELECT %I.%I(t) FROM %s t WHERE t.event_id = $1', h.nspname, h.proname, tbl);
 
@@ -2232,10 +2249,26 @@ BEGIN
 END
 $$;
 
+-- Whether a header's value is a secret by the header's name alone: the
+-- headers that carry credentials (Authorization, Proxy-Authorization,
+-- Cookie, Set-Cookie, X-Api-Key, X-Auth-Token, X-Session-Id,
+-- X-Hub-Signature, ...), that is any name that contains auth, cookie,
+-- token, secret, key, passw (password, passwd), pwd, credential, session,
+-- signature or jwt, in any case. The one place of this rule: every output
+-- that shows a config redacts through tide._relay_redact, which asks here.
+CREATE FUNCTION tide._relay_secret_header(p_name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT
+RETURN pg_catalog.lower(p_name)
+	   OPERATOR(pg_catalog.~) '(auth|cookie|token|secret|key|passw|pwd|credential|session|signature|jwt)';
+COMMENT ON FUNCTION tide._relay_secret_header(text)
+	IS 'internal: whether a header of this name carries a credential, so that its value is redacted';
+
 -- The config with secrets replaced by "********": signing_secret, the
--- values of headers marked {"secret": true}, and the values of headers whose
--- name contains authorization, token, secret or key. References to secrets
--- ({"env": ...}, {"file": ...}) are shown: they are names, not secrets.
+-- values of headers marked {"secret": true}, and the values of headers
+-- whose name says they carry a credential (tide._relay_secret_header).
+-- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
+-- names, not secrets.
 CREATE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
@@ -2255,10 +2288,10 @@ AS $$
 				jsonb_build_object('headers', coalesce((
 					SELECT jsonb_object_agg(key,
 							CASE WHEN jsonb_typeof(value) = 'object' AND value ? 'value'
-									  AND (value -> 'secret' = 'true' OR lower(key) ~ '(authorization|token|secret|key)')
+									  AND (value -> 'secret' = 'true' OR tide._relay_secret_header(key))
 								 THEN value || '{"value": "********"}'
 								 WHEN jsonb_typeof(value) = 'object' THEN value
-								 WHEN lower(key) ~ '(authorization|token|secret|key)'
+								 WHEN tide._relay_secret_header(key)
 								 THEN '"********"' ELSE value END)
 					  FROM jsonb_each(p_config -> 'headers')), '{}'))
 		   ELSE '{}' END

@@ -44,6 +44,28 @@ SELECT tide.relay_set_outbox('rc_one', 'rc_payments', 'rc_one_group',
 SELECT tide.relay_get_config('rc_one') -> 'signing_secret' AS secret,
 	   tide.relay_get_config('rc_one') -> 'headers' AS headers;
 
+-- every header that commonly carries a credential is redacted by its name
+-- alone (tide._relay_secret_header, in any case, {"secret": false} or not);
+-- ordinary headers are shown; relay_list_configs redacts the same
+BEGIN;
+SELECT tide.relay_set_outbox('rc_creds', 'rc_payments', 'rc_creds_group', $${
+	"sink_type": "webhook", "url": "https://example.com/hooks",
+	"headers": {"Authorization": "Basic dTpw", "proxy-authorization": "Basic cDpx",
+				"Cookie": {"value": "sid=1", "secret": false}, "Set-Cookie": "sid=2",
+				"X-API-Key": "k", "Api-Key": "k", "apikey": "k", "X-Auth-Token": "t",
+				"X-Access-Token": "t", "X-CSRF-Token": "t", "Private-Token": "t",
+				"X-Client-Secret": "s", "X-Password": "p", "X-Passwd": "p", "X-Pwd": "p",
+				"X-Credentials": "c", "X-Session-Id": "s", "X-Hub-Signature-256": "sha256=0",
+				"X-Jwt-Assertion": "j", "X-Authenticated-User": "u",
+				"Content-Language": "de", "X-Request-Source": "billing", "Accept": "*/*",
+				"X-Tenant": "acme"}
+}$$);
+SELECT key AS header, value AS shown
+  FROM jsonb_each(tide.relay_get_config('rc_creds') -> 'headers') ORDER BY lower(key);
+SELECT config = tide.relay_get_config('rc_creds') AS list_redacts_the_same
+  FROM tide.relay_list_configs() WHERE name = 'rc_creds';
+ROLLBACK;
+
 -- list
 SELECT name, enabled, outbox, consumer_group, sink_type,
 	   config -> 'signing_secret' AS secret, config -> 'headers' ->> 'X-Tenant' AS tenant

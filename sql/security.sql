@@ -18,10 +18,10 @@ SELECT count(*) AS public_relations FROM pg_class c
 SELECT p.oid::regprocedure AS without_search_path FROM pg_proc p
  WHERE p.pronamespace = 'tide'::regnamespace
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 -- the functions that run as the owner
 SELECT p.oid::regprocedure AS security_definer FROM pg_proc p
- WHERE p.pronamespace = 'tide'::regnamespace AND p.prosecdef ORDER BY 1::text;
+ WHERE p.pronamespace = 'tide'::regnamespace AND p.prosecdef ORDER BY p.oid::regprocedure::text;
 
 CREATE ROLE regress_sec_app LOGIN IN ROLE tide_publisher;
 CREATE ROLE regress_sec_team;

@@ -28,6 +28,10 @@
  *         "fail_rate": 0..1, "fail_code": code (500), "seed": n
  *                                 a random (seeded) fraction answers fail_code
  *         "delay_ms": n           every request waits n ms before answering
+ *         "fail_body": "<base64>" | null
+ *                                 the body of every non-2xx answer, as raw
+ *                                 bytes (any encoding; no NUL bytes), instead
+ *                                 of "no\n"
  *         "secrets": ["whsec_<base64>", ...] | [] | null
  *                                 verify webhook-signature ("v1,<base64>"
  *                                 entries, HMAC-SHA256 over
@@ -84,6 +88,7 @@ typedef struct State
 	int			fail_code;
 	uint64_t	rng;
 	int			delay_ms;
+	char	   *fail_body;		/* NULL: "no\n" */
 	Secret		secrets[MAX_SECRETS];
 	int			nsecrets;
 } State;
@@ -154,6 +159,7 @@ state_free(State *s)
 {
 	free(s->fail);
 	free(s->retry_after);
+	free(s->fail_body);
 	for (int i = 0; i < s->nsecrets; i++)
 		free(s->secrets[i].key);
 	memset(s, 0, sizeof(*s));
@@ -183,6 +189,7 @@ state_copy(State *dst, const State *src)
 		dst->nfail = 0;
 	dst->fail_pos = 0;
 	dst->retry_after = src->retry_after ? xstrdup(src->retry_after) : NULL;
+	dst->fail_body = src->fail_body ? xstrdup(src->fail_body) : NULL;
 	for (int i = 0; i < src->nsecrets; i++)
 	{
 		dst->secrets[i].key = xmalloc(src->secrets[i].len);
@@ -371,6 +378,25 @@ apply_control(const char *body, size_t len)
 			s.delay_ms = 0;
 		else
 			err = "delay_ms must be an integer from 0 to 3600000";
+	}
+	if ((j = cJSON_GetObjectItemCaseSensitive(ctl, "fail_body")))
+	{
+		unsigned char *body = NULL;
+		size_t		blen = 0;
+
+		free(s.fail_body);
+		s.fail_body = NULL;
+		if (cJSON_IsString(j) && (body = base64_decode(j->valuestring, &blen)) &&
+			memchr(body, '\0', blen) == NULL)
+		{
+			body[blen] = '\0';
+			s.fail_body = (char *) body;
+		}
+		else if (!cJSON_IsNull(j))
+		{
+			free(body);
+			err = "fail_body must be base64 of a body without NUL bytes, or null";
+		}
 	}
 	if ((j = cJSON_GetObjectItemCaseSensitive(ctl, "secrets")))
 	{
@@ -631,6 +657,7 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	int			delay_ms;
 	int			sig = -1;
 	char	   *retry_after = NULL;
+	char	   *fail_body = NULL;
 	Secret		secrets[MAX_SECRETS];
 	int			nsecrets;
 	enum MHD_Result ret;
@@ -648,6 +675,8 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	delay_ms = state.delay_ms;
 	if ((code < 200 || code > 299) && state.retry_after)
 		retry_after = xstrdup(state.retry_after);
+	if ((code < 200 || code > 299) && state.fail_body)
+		fail_body = xstrdup(state.fail_body);
 	/* copies of the keys, so the HMACs run outside the lock */
 	nsecrets = state.nsecrets;
 	for (int i = 0; i < nsecrets; i++)
@@ -684,9 +713,10 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
 	}
-	ret = reply(conn, code, code >= 200 && code <= 299 ? OK_BODY : NO_BODY,
+	ret = reply(conn, code, code >= 200 && code <= 299 ? OK_BODY : fail_body ? fail_body : NO_BODY,
 				"text/plain", retry_after);
 	free(retry_after);
+	free(fail_body);
 	return ret;
 }
 
