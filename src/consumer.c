@@ -601,7 +601,6 @@ call_as_owner(FunctionCallInfo fcinfo, SPIPlanPtr *plan, const char *sql, Oid *t
 	char	   *group;
 
 	Assert(nargs <= 3);
-	TideRequirePreload();
 	group = group_arg(fcinfo);
 	for (int i = 0; i < nargs; i++)
 	{
