@@ -7,7 +7,7 @@ OBJS = \
 	src/wake.o \
 	src/outbox.o \
 	src/limits.o \
-	src/publish_rights.o \
+	src/outbox_rights.o \
 	src/consumer.o \
 	src/relay_control.o \
 	relay/launcher.o \

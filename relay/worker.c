@@ -813,6 +813,8 @@ RelayWorkerMain(Datum main_arg)
 	MemoryContext loop_cxt;
 	ConditionVariable *cv;
 
+	/* Only this process may consume from the pipelines' groups (src/outbox_rights.c). */
+	TideInRelayWorker = true;
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();

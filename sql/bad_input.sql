@@ -120,7 +120,8 @@ INSERT INTO calls (expect, call) VALUES
 	('54000', $c$SELECT tide.outbox_publish_batch('bi_orders', array_fill('{}'::jsonb, ARRAY[10001]))$c$),
 	('54000', $c$SELECT tide.outbox_publish_batch('bi_orders', ARRAY['{}', jsonb_build_object('blob', repeat('x', 100000))])$c$);
 
--- consumer groups
+-- consumer groups (bi_hook_group is pipeline bi_hook's: even a superuser
+-- may not consume from it)
 INSERT INTO calls (expect, call) VALUES
 	('22004', $c$SELECT tide.create_consumer_group(NULL, 'bi_orders')$c$),
 	('22004', $c$SELECT tide.create_consumer_group('bi_g2', NULL)$c$),
@@ -147,6 +148,13 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT * FROM tide.poll_outbox('bi_group', 'bi_c2', 10, -30)$c$),
 	('22023', $c$SELECT * FROM tide.poll_outbox('bi_group', 'bi_c2', 10, 86401)$c$),
 	('42704', $c$SELECT * FROM tide.poll_outbox('bi_missing', 'bi_c2')$c$),
+	('42501', $c$SELECT * FROM tide.poll_outbox('bi_hook_group', 'bi_c2')$c$),
+	('42501', $c$SELECT * FROM tide.poll_outbox('bi_hook_group', 'relay:bi_hook')$c$),
+	('42501', $c$SELECT tide.wait_for_messages('bi_hook_group', 0)$c$),
+	('42501', $c$SELECT tide.commit_offset('bi_hook_group', 'relay:bi_hook', 1)$c$),
+	('42501', $c$SELECT tide.consumer_heartbeat('bi_hook_group', 'relay:bi_hook')$c$),
+	('42501', $c$SELECT tide.extend_lease('bi_hook_group', 'relay:bi_hook', 10)$c$),
+	('42501', $c$SELECT tide.release_lease('bi_hook_group', 'relay:bi_hook')$c$),
 	('22004', $c$SELECT tide.wait_for_messages(NULL)$c$),
 	('22004', $c$SELECT tide.wait_for_messages('bi_group', NULL)$c$),
 	('22023', $c$SELECT tide.wait_for_messages('bi_group', -1)$c$),
@@ -393,7 +401,17 @@ INSERT INTO calls (expect, call) VALUES
 	('42704', $c$SELECT tide.outbox_grant_publish('bi_nope', 'tide_publisher')$c$),
 	('22004', $c$SELECT tide.outbox_revoke_publish(NULL, 'tide_publisher')$c$),
 	('22004', $c$SELECT tide.outbox_revoke_publish('bi_orders', NULL)$c$),
-	('42704', $c$SELECT tide.outbox_revoke_publish('bi_orders', 'no such role')$c$);
+	('42704', $c$SELECT tide.outbox_revoke_publish('bi_orders', 'no such role')$c$),
+	('22004', $c$SELECT tide.outbox_grant_consume(NULL, 'tide_consumer')$c$),
+	('22004', $c$SELECT tide.outbox_grant_consume('bi_orders', NULL)$c$),
+	('22023', $c$SELECT tide.outbox_grant_consume('bi_orders"; GRANT tide_admin TO PUBLIC; --', 'tide_consumer')$c$),
+	('42704', $c$SELECT tide.outbox_grant_consume('bi_orders', '')$c$),
+	('42704', $c$SELECT tide.outbox_grant_consume('bi_orders', 'tide_consumer; DROP ROLE tide_admin')$c$),
+	('42704', $c$SELECT tide.outbox_grant_consume('bi_nope', 'tide_consumer')$c$),
+	('22004', $c$SELECT tide.outbox_revoke_consume(NULL, 'tide_consumer')$c$),
+	('22004', $c$SELECT tide.outbox_revoke_consume('bi_orders', NULL)$c$),
+	('42704', $c$SELECT tide.outbox_revoke_consume('bi_orders', 'no such role')$c$),
+	('42704', $c$SELECT tide.outbox_revoke_consume('bi_nope', 'tide_consumer')$c$);
 
 -- Run them, with a payload limit of 64kB (the payloads above have 100kB).
 SET pg_tide.max_payload_bytes = '64kB';

@@ -40,8 +40,11 @@ SELECT tide.outbox_create('sw', 24);
 SELECT tide.outbox_create('sw_free', 48);
 SELECT tide.create_consumer_group('g1', 'sw');
 SELECT tide.create_consumer_group('g2', 'sw');
+-- The test plays the relay (which is off here): the pipeline lets other
+-- consumers read its group.
 SELECT tide.relay_set_outbox('pipe', 'sw', 'g_pipe',
-							 '{"sink_type": "webhook", "url": "https://example.com/hooks"}');
+							 '{"sink_type": "webhook", "url": "https://example.com/hooks",
+							   "allow_other_consumers": true}');
 SELECT tide.outbox_publish_batch('sw', array_fill('{}'::jsonb, ARRAY[30]));
 SELECT tide.outbox_publish_batch('sw_free', array_fill('{}'::jsonb, ARRAY[5]));
 -- Fixed ages: sw 1-25 two days old, 26-30 new; sw_free 31-33 three days,

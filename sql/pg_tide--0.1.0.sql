@@ -667,6 +667,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
 	start_at bigint;
+	pipeline tide.relay_outbox_config;
 BEGIN
 	PERFORM tide._check_name('consumer group', p_name);
 	PERFORM tide._outbox_config(p_outbox);
@@ -689,6 +690,19 @@ BEGIN
 		RAISE EXCEPTION 'consumer group "%" already exists', p_name
 			USING ERRCODE = 'duplicate_object',
 				  HINT = 'Pass p_if_not_exists => true to accept an existing group.';
+	END IF;
+	-- A pipeline that names the group (it was dropped) would read it: only
+	-- for the pipeline's own outbox, and it stays the relay's group
+	-- (src/outbox_rights.c).
+	SELECT * INTO pipeline FROM tide.relay_outbox_config c
+	 WHERE c.config ->> 'consumer_group' = p_name
+	   AND c.config ->> 'outbox' IS DISTINCT FROM p_outbox
+	 ORDER BY c.name LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'consumer group "%" is the group of pipeline "%", which reads outbox "%"',
+						p_name, pipeline.name, pipeline.config ->> 'outbox'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = format('Name another group, or create it for outbox "%s".', pipeline.config ->> 'outbox');
 	END IF;
 	-- 'latest' starts at the safe horizon: every message whose transaction
 	-- commits after this moment has an id above it.
@@ -741,7 +755,17 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION tide.wait_for_messages(text, int)
 	IS 'waits until the group has messages to poll (woken at commit); false on timeout';
 
+-- The consumer API runs as its caller: the C function checks the caller's
+-- right to consume from the group (src/outbox_rights.c), then runs the
+-- internal function of the same name as the catalog's owner.
 CREATE FUNCTION tide.commit_offset(p_group text, p_consumer text, p_last_offset bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_commit_offset'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.commit_offset(text, text, bigint)
+	IS 'acknowledges a consumer''s lease up to and including a message id';
+
+CREATE FUNCTION tide._commit_offset(p_group text, p_consumer text, p_last_offset bigint)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -820,8 +844,6 @@ BEGIN
 	 WHERE group_name = p_group AND consumer_id = p_consumer;
 END
 $$;
-COMMENT ON FUNCTION tide.commit_offset(text, text, bigint)
-	IS 'acknowledges a consumer''s lease up to and including a message id';
 
 -- Fetches a consumer's lease for update, or raises 55000.
 CREATE FUNCTION tide._own_lease(p_group text, p_consumer text)
@@ -847,6 +869,12 @@ $$;
 
 CREATE FUNCTION tide.consumer_heartbeat(p_group text, p_consumer text)
 RETURNS void
+AS 'MODULE_PATHNAME', 'tide_consumer_heartbeat'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.consumer_heartbeat(text, text) IS 'records that a consumer is alive';
+
+CREATE FUNCTION tide._consumer_heartbeat(p_group text, p_consumer text)
+RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
@@ -868,9 +896,15 @@ BEGIN
 	END IF;
 END
 $$;
-COMMENT ON FUNCTION tide.consumer_heartbeat(text, text) IS 'records that a consumer is alive';
 
 CREATE FUNCTION tide.extend_lease(p_group text, p_consumer text, p_seconds int)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tide_extend_lease'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.extend_lease(text, text, int)
+	IS 'keeps a consumer''s lease for p_seconds from now; returns the new expiry';
+
+CREATE FUNCTION tide._extend_lease(p_group text, p_consumer text, p_seconds int)
 RETURNS timestamptz
 LANGUAGE plpgsql
 AS $$
@@ -903,10 +937,15 @@ BEGIN
 	RETURN lease.expires_at;
 END
 $$;
-COMMENT ON FUNCTION tide.extend_lease(text, text, int)
-	IS 'keeps a consumer''s lease for p_seconds from now; returns the new expiry';
 
 CREATE FUNCTION tide.release_lease(p_group text, p_consumer text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_release_lease'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.release_lease(text, text)
+	IS 'gives a consumer''s leased messages back to the group at once';
+
+CREATE FUNCTION tide._release_lease(p_group text, p_consumer text)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -918,8 +957,6 @@ BEGIN
 	 WHERE group_name = p_group AND consumer_id = p_consumer;
 END
 $$;
-COMMENT ON FUNCTION tide.release_lease(text, text)
-	IS 'gives a consumer''s leased messages back to the group at once';
 
 CREATE FUNCTION tide.admin_rewind_offset(p_group text, p_consumer text,
 										 p_target_offset bigint,
@@ -2096,7 +2133,7 @@ DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'url', 'mode', 'batch_size',
 						  'max_in_flight', 'timeout_ms', 'headers', 'signing_secret', 'signature',
 						  'allow_http', 'allow_private_network', 'retry', 'ordering', 'attempt_log',
-						  'alerts', 'types', 'filter', 'rate_limit', 'breaker'];
+						  'alerts', 'types', 'filter', 'rate_limit', 'breaker', 'allow_other_consumers'];
 	reserved text[] := ARRAY['webhook-id', 'webhook-timestamp', 'webhook-signature',
 							 'idempotency-key', 'content-type', 'content-length', 'host'];
 	allow_http boolean;
@@ -2130,6 +2167,7 @@ BEGIN
 		'ordering', tide._relay_choice(p_config, 'ordering', ARRAY['relaxed', 'strict'], 'relaxed'),
 		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
 		'alerts', tide._relay_alerts_config(p_config),
+		'allow_other_consumers', tide._relay_bool(p_config, 'allow_other_consumers', false),
 		'allow_http', allow_http,
 		'allow_private_network', allow_private);
 
@@ -2216,7 +2254,8 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
 	known text[] := ARRAY['sink_type', 'outbox', 'consumer_group', 'path', 'batch_size', 'fsync',
-						  'attempt_log', 'alerts', 'types', 'filter', 'rate_limit', 'breaker'];
+						  'attempt_log', 'alerts', 'types', 'filter', 'rate_limit', 'breaker',
+						  'allow_other_consumers'];
 	hint text := 'Give "path" as an absolute file name such as "/var/log/pg_tide/orders.jsonl".';
 BEGIN
 	PERFORM tide._relay_check_keys(p_config, known, '');
@@ -2244,7 +2283,8 @@ BEGIN
 		'batch_size', tide._relay_int(p_config, 'batch_size', 'batch_size', 1, 1000, 100),
 		'fsync', tide._relay_bool(p_config, 'fsync', true),
 		'attempt_log', tide._relay_bool(p_config, 'attempt_log', true),
-		'alerts', tide._relay_alerts_config(p_config))
+		'alerts', tide._relay_alerts_config(p_config),
+		'allow_other_consumers', tide._relay_bool(p_config, 'allow_other_consumers', false))
 		|| tide._relay_routing(p_config) || tide._relay_pacing_config(p_config);
 END
 $$;
@@ -3152,12 +3192,17 @@ COMMENT ON VIEW tide.outbox_retention_status
 	IS 'per outbox: messages, past retention, deletable now by tide.outbox_sweep, and what holds the rest back';
 
 -- ---------------------------------------------------------------------------
--- Publishing rights (docs/security.md#publishing-rights). A role may publish
--- to an outbox when it has the privileges of a grantee listed here (role
--- membership with INHERIT), of tide_admin, of the extension's owner, or is
--- a superuser. tide.outbox_publish checks it in C (src/publish_rights.c)
--- against the caller's identity; each backend caches the answers until this
--- table or a role membership changes.
+-- Publishing and consuming rights (docs/security.md#publishing-rights,
+-- #consuming-rights). A role may publish to an outbox, or consume from its
+-- consumer groups, when it has the privileges of a grantee listed in
+-- outbox_publish_grants or outbox_consume_grants (role membership with
+-- INHERIT), of tide_admin, of the extension's owner, or is a superuser.
+-- tide.outbox_publish and the consumer API check it in C
+-- (src/outbox_rights.c) against the caller's identity; each backend caches
+-- the answers until a grants table or a role membership changes. A relay
+-- pipeline's consumer group is consumed by the relay alone unless its
+-- config has "allow_other_consumers": true; the cache of the pipelines'
+-- groups is cleared when relay_outbox_config changes.
 -- ---------------------------------------------------------------------------
 CREATE TABLE tide.outbox_publish_grants (
 	outbox_name	text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
@@ -3170,14 +3215,31 @@ COMMENT ON TABLE tide.outbox_publish_grants
 	IS 'Per outbox: the roles (and, by inheritance, their members) that may publish to it';
 SELECT pg_catalog.pg_extension_config_dump('tide.outbox_publish_grants', '');
 
--- Makes every backend forget its cached publishing rights at commit.
-CREATE FUNCTION tide._publish_rights_changed()
+CREATE TABLE tide.outbox_consume_grants (
+	outbox_name	text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	grantee		regrole NOT NULL,
+	granted_by	regrole,
+	granted_at	timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (outbox_name, grantee)
+);
+COMMENT ON TABLE tide.outbox_consume_grants
+	IS 'Per outbox: the roles (and, by inheritance, their members) that may consume from its consumer groups';
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_consume_grants', '');
+
+-- Makes every backend forget its cached rights (or pipelines' groups) at commit.
+CREATE FUNCTION tide._rights_changed()
 RETURNS trigger
-AS 'MODULE_PATHNAME', 'tide_publish_rights_changed'
+AS 'MODULE_PATHNAME', 'tide_rights_changed'
 LANGUAGE C VOLATILE;
 CREATE TRIGGER outbox_publish_grants_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.outbox_publish_grants
-	FOR EACH STATEMENT EXECUTE FUNCTION tide._publish_rights_changed();
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
+CREATE TRIGGER outbox_consume_grants_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.outbox_consume_grants
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
+CREATE TRIGGER relay_outbox_config_rights_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_outbox_config
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
 
 -- The oid of an existing role, or 42704.
 CREATE FUNCTION tide._role(p_role text)
@@ -3232,6 +3294,36 @@ $$;
 COMMENT ON FUNCTION tide.outbox_revoke_publish(text, text)
 	IS 'takes back a role''s right to publish to an outbox';
 
+CREATE FUNCTION tide.outbox_grant_consume(p_outbox text, p_role text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_outbox);
+	INSERT INTO tide.outbox_consume_grants (outbox_name, grantee, granted_by)
+	VALUES (p_outbox, tide._role(p_role), current_user::regrole)
+	ON CONFLICT (outbox_name, grantee) DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_grant_consume(text, text)
+	IS 'lets a role and the members that inherit its privileges consume from an outbox''s consumer groups';
+
+CREATE FUNCTION tide.outbox_revoke_consume(p_outbox text, p_role text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_outbox);
+	DELETE FROM tide.outbox_consume_grants
+	 WHERE outbox_name = p_outbox AND grantee = tide._role(p_role);
+	IF NOT FOUND THEN
+		RAISE NOTICE 'role "%" had no right to consume from outbox "%"', p_role, p_outbox;
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION tide.outbox_revoke_consume(text, text)
+	IS 'takes back a role''s right to consume from an outbox''s consumer groups';
+
 -- A file pipeline appends to a server file as the server's operating
 -- system user: whoever writes such a row, through relay_set_outbox or by
 -- hand, must be a superuser or a member of pg_write_server_files. Runs as
@@ -3265,14 +3357,15 @@ CREATE TRIGGER relay_outbox_config_file_sink
 --   tide_admin      the whole API, and the catalog tables (it is trusted to
 --                   run pg_tide; the file-sink trigger above still applies)
 --   tide_publisher  outbox_publish(_batch), for the outboxes granted to it
---   tide_consumer   the consumer-group and inbox APIs
+--   tide_consumer   the consumer-group API, for the outboxes granted to it,
+--                   and the inbox API
 --   tide_reader     the status views and functions
--- PUBLIC gets nothing. Functions that a consumer or reader calls but that
--- touch tables they may not touch run as the owner (SECURITY DEFINER);
--- outbox_publish runs as the caller, checks the caller's right, and does
--- its writes as the owner (src/publish_rights.c). Every function runs with
--- search_path = pg_catalog, pg_temp, so that no name in the extension is
--- resolved through the caller's search_path.
+-- PUBLIC gets nothing. Functions that a reader calls but that touch tables
+-- it may not touch run as the owner (SECURITY DEFINER); outbox_publish and
+-- the consumer-group API run as the caller, check the caller's right, and
+-- do their reads and writes as the owner (src/outbox_rights.c). Every
+-- function runs with search_path = pg_catalog, pg_temp, so that no name in
+-- the extension is resolved through the caller's search_path.
 -- ---------------------------------------------------------------------------
 DO $$
 DECLARE
@@ -3300,10 +3393,11 @@ GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA tide TO tide_admin;
 GRANT EXECUTE ON FUNCTION tide.outbox_publish(text, jsonb, jsonb),
 	tide.outbox_publish_batch(text, jsonb[], jsonb) TO tide_publisher;
 
--- tide_consumer: consumer groups (these write offsets and leases, so they
--- run as the owner) and inboxes (these run as the caller: inbox_process
--- calls the caller's handler; inbox_create grants each inbox table to
--- tide_consumer).
+-- tide_consumer: consumer groups, subject to the per-outbox rights (these
+-- check the caller, then write offsets and leases as the owner; their
+-- internal functions, tide._commit_offset and the like, are not granted)
+-- and inboxes (these run as the caller: inbox_process calls the caller's
+-- handler; inbox_create grants each inbox table to tide_consumer).
 GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int),
 	tide.wait_for_messages(text, int),
 	tide.commit_offset(text, text, bigint),
@@ -3336,12 +3430,6 @@ GRANT EXECUTE ON FUNCTION tide._check_chars(text, text),
 	tide._check_retention_hours(text, int, text),
 	tide._check_age(interval, text) TO tide_consumer, tide_reader;
 GRANT SELECT ON tide.tide_inbox_config TO tide_consumer;
-ALTER FUNCTION tide.poll_outbox(text, text, int, int) SECURITY DEFINER;
-ALTER FUNCTION tide.wait_for_messages(text, int) SECURITY DEFINER;
-ALTER FUNCTION tide.commit_offset(text, text, bigint) SECURITY DEFINER;
-ALTER FUNCTION tide.consumer_heartbeat(text, text) SECURITY DEFINER;
-ALTER FUNCTION tide.extend_lease(text, text, int) SECURITY DEFINER;
-ALTER FUNCTION tide.release_lease(text, text) SECURITY DEFINER;
 
 -- tide_reader: status. The views read their tables as the owner; the
 -- functions they call and the tables those read are granted here. The
@@ -3351,7 +3439,7 @@ GRANT SELECT ON tide.consumer_lag, tide.relay_pipeline_lag, tide.relay_pipeline_
 	tide.outbox_retention_status,
 	tide.tide_outbox_config, tide.tide_consumer_groups, tide.tide_consumer_offsets,
 	tide.tide_consumer_leases, tide.tide_inbox_config, tide.relay_consumer_offsets,
-	tide.relay_pipeline_health, tide.outbox_publish_grants TO tide_reader;
+	tide.relay_pipeline_health, tide.outbox_publish_grants, tide.outbox_consume_grants TO tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_status(text),
 	tide.inbox_status(text),
 	tide.relay_workers(),
@@ -3387,7 +3475,7 @@ BEGIN
 							'tide.relay_workers()'::regprocedure,
 							'tide._relay_routing_check(jsonb, jsonb)'::regprocedure,
 							'tide.relay_filter_matches(jsonb, jsonb, jsonb)'::regprocedure,
-							'tide._publish_rights_changed()'::regprocedure);
+							'tide._rights_changed()'::regprocedure);
 		EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', f);
 	END LOOP;
 END

@@ -1,5 +1,7 @@
 -- Roles and privileges (docs/security.md): the four roles, per-outbox
--- publishing rights with role inheritance, no direct writes to the catalog,
+-- publishing and consuming rights with role inheritance, a relay
+-- pipeline's consumer group closed to everyone but the relay, no direct
+-- writes to the catalog,
 -- a caller's search_path changes nothing, secrets redacted, secret
 -- references validated. Roles made here are dropped at the end.
 \set VERBOSITY default
@@ -145,15 +147,102 @@ SELECT r.role, count(*) AS attempts,
  GROUP BY r.role ORDER BY r.role;
 ROLLBACK;
 
--- a consumer polls and commits through the API (the functions run as the
--- owner) but cannot read the messages table itself
+-- consuming rights: without a grant, every function of the consumer API
+-- refuses a tide_consumer (42501), before it writes or locks anything; a
+-- group that does not exist looks the same
 SELECT tide.create_consumer_group('sec_group', 'sec_orders');
+SELECT tide.outbox_create('sec_more');
+SELECT tide.create_consumer_group('sec_more_group', 'sec_more');
+SELECT tide.outbox_publish('sec_more', '{"more": 1}') > 0 AS published;
+CREATE FUNCTION pg_temp.consumer_api(p_group text) RETURNS TABLE (call text, result text)
+LANGUAGE plpgsql AS $$
+BEGIN
+	FOR call IN SELECT unnest(ARRAY[
+			'SELECT count(*) FROM tide.poll_outbox(%L, ''c1'', 10)',
+			'SELECT tide.wait_for_messages(%L, 0)',
+			'SELECT tide.consumer_heartbeat(%L, ''c1'')',
+			'SELECT tide.extend_lease(%L, ''c1'', 60) > now()',
+			'SELECT tide.release_lease(%L, ''c1'')',
+			'SELECT tide.commit_offset(%L, ''c1'', 0)']) LOOP
+		call := format(call, p_group);
+		result := pg_temp.try(call);
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+SET ROLE regress_sec_consumer;
+SELECT * FROM pg_temp.consumer_api('sec_group');
+SELECT * FROM pg_temp.consumer_api('sec_missing_group');
+SELECT * FROM tide.poll_outbox('sec_group', 'c1');
+RESET ROLE;
+SELECT count(*) AS joined, (SELECT count(*) FROM tide.tide_consumer_leases WHERE group_name = 'sec_group') AS leases
+  FROM tide.tide_consumer_offsets WHERE group_name = 'sec_group';
+
+-- granted: the whole API for that outbox's groups, not for another's; the
+-- functions run as the caller and do their work as the owner, so the
+-- consumer still cannot read the messages table itself
+SELECT tide.outbox_grant_consume('sec_orders', 'regress_sec_consumer');
+SELECT tide.outbox_grant_consume('sec_orders', 'regress_sec_consumer');	-- twice is once
 SET ROLE regress_sec_consumer;
 SELECT payload FROM tide.poll_outbox('sec_group', 'c1', 10);
+SELECT * FROM pg_temp.consumer_api('sec_group');
+SELECT payload FROM tide.poll_outbox('sec_group', 'c1', 10);	-- the released lease again
 SELECT tide.commit_offset('sec_group', 'c1', (SELECT max(id) FROM tide.poll_outbox('sec_group', 'c1', 10)));
+SELECT * FROM pg_temp.consumer_api('sec_more_group');
 SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
+SELECT pg_temp.try($$SELECT tide._commit_offset('sec_group', 'c1', 1)$$);
 SELECT pg_temp.try($$SELECT tide.admin_rewind_offset('sec_group', 'c1', 0)$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{}')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_consumer')$$);
+RESET ROLE;
+SELECT consumer_id, committed_offset > 0 AS committed FROM tide.tide_consumer_offsets
+ WHERE group_name = 'sec_group' ORDER BY 1;
+
+-- a grant to a role is inherited by its members, not by NOINHERIT members;
+-- a membership granted later counts at once
+CREATE ROLE regress_sec_cmember IN ROLE tide_consumer, regress_sec_team;
+GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int) TO regress_sec_noinherit;
+SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_team');
+SET ROLE regress_sec_cmember;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'm1', 10)$$);
+RESET ROLE;
+SET ROLE regress_sec_noinherit;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'n1', 10)$$);
+RESET ROLE;
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'c1', 10)$$);
+RESET ROLE;
+GRANT regress_sec_team TO regress_sec_consumer;
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'c1', 10)$$);
+RESET ROLE;
+REVOKE regress_sec_team FROM regress_sec_consumer;
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT tide.consumer_heartbeat('sec_more_group', 'c1')$$);
+RESET ROLE;
+
+-- revoking takes the right back at once (the cached answer is forgotten;
+-- test/specs/consume_rights.spec shows it for another session)
+SET ROLE regress_sec_cmember;
+SELECT pg_temp.try($$SELECT tide.consumer_heartbeat('sec_more_group', 'm1')$$);
+RESET ROLE;
+SELECT tide.outbox_revoke_consume('sec_more', 'regress_sec_team');
+SET ROLE regress_sec_cmember;
+SELECT * FROM pg_temp.consumer_api('sec_more_group');
+RESET ROLE;
+SELECT tide.outbox_revoke_consume('sec_more', 'regress_sec_team');	-- nothing to revoke: a notice
+-- the grant functions: unknown outbox, unknown role, and who may call them
+SELECT pg_temp.try($$SELECT tide.outbox_grant_consume('sec_missing', 'regress_sec_consumer')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_missing')$$);
+SELECT pg_temp.try($$SELECT tide.outbox_revoke_consume('sec_more', 'regress_sec_missing')$$);
+SET ROLE regress_sec_admin;
+SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_team');
+SELECT tide.outbox_revoke_consume('sec_more', 'regress_sec_team');
+-- tide_admin consumes from every outbox
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'a1', 10)$$);
+RESET ROLE;
+SET ROLE regress_sec_reader;
+SELECT outbox_name, grantee, granted_by FROM tide.outbox_consume_grants ORDER BY 1, 2::text;
 RESET ROLE;
 
 -- a consumer receives, claims and marks events of an inbox through the API
@@ -236,6 +325,51 @@ SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
 SELECT pg_temp.try($$SELECT count(*) FROM tide.relay_dlq$$);
 SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('sec_group', 'c3')$$);
 RESET ROLE;
+-- a relay pipeline's consumer group is the relay's: a consumer with the
+-- right on the outbox, tide_admin and a superuser are all refused by every
+-- function of the consumer API, until the pipeline allows other consumers
+SELECT tide.relay_set_outbox('sec_pipe', 'sec_orders', 'sec_pipe_group',
+							 '{"sink_type": "webhook", "url": "https://example.com/hooks"}');
+SELECT tide.outbox_publish('sec_orders', '{"for": "the webhook"}') > 0 AS published;
+SET ROLE regress_sec_consumer;
+SELECT * FROM pg_temp.consumer_api('sec_pipe_group');
+SELECT * FROM tide.poll_outbox('sec_pipe_group', 'relay:sec_pipe');
+RESET ROLE;
+SET ROLE regress_sec_admin;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_pipe_group', 'relay:sec_pipe')$$);
+RESET ROLE;
+SELECT * FROM pg_temp.consumer_api('sec_pipe_group');
+SELECT count(*) AS taken FROM tide.tide_consumer_offsets WHERE group_name = 'sec_pipe_group';
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('sec_pipe', 'sec_orders', 'sec_pipe_group',
+	'{"sink_type": "webhook", "url": "https://example.com/hooks", "allow_other_consumers": "yes"}')$$);
+SELECT tide.relay_set_outbox('sec_pipe', 'sec_orders', 'sec_pipe_group',
+	'{"sink_type": "webhook", "url": "https://example.com/hooks", "allow_other_consumers": true}');
+SELECT tide.relay_get_config('sec_pipe') -> 'allow_other_consumers' AS allow_other_consumers;
+SET ROLE regress_sec_consumer;
+SELECT payload FROM tide.poll_outbox('sec_pipe_group', 'c1', 1);
+RESET ROLE;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_pipe_group', 'c9', 1)$$);
+-- closed again: the change of the pipeline counts at once
+SELECT tide.relay_set_outbox('sec_pipe', 'sec_orders', 'sec_pipe_group',
+	'{"sink_type": "webhook", "url": "https://example.com/hooks"}');
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT tide.release_lease('sec_pipe_group', 'c1')$$);
+RESET ROLE;
+-- the rule is the group's name: a pipeline's group dropped and created
+-- again is still the relay's, and it can only be created for the
+-- pipeline's outbox
+SELECT tide.drop_consumer_group('sec_pipe_group');
+SELECT pg_temp.try($$SELECT tide.create_consumer_group('sec_pipe_group', 'sec_more')$$);
+SELECT tide.create_consumer_group('sec_pipe_group', 'sec_orders');
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_pipe_group', 'c1', 1)$$);
+RESET ROLE;
+SELECT tide.relay_delete('sec_pipe');
+SET ROLE regress_sec_consumer;
+SELECT pg_temp.try($$SELECT count(*) > 0 AS got FROM tide.poll_outbox('sec_pipe_group', 'c1', 100)$$);
+RESET ROLE;
+SELECT tide.drop_consumer_group('sec_pipe_group');
+
 -- no view shows a secret
 SELECT v.relname AS view_with_secret FROM pg_class v
  WHERE v.relnamespace = 'tide'::regnamespace AND v.relkind = 'v'
@@ -264,8 +398,11 @@ SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'sec
 SELECT tide.relay_delete('sec_hook');
 SELECT tide.drop_consumer_group('sec_hook_group');
 SELECT tide.outbox_drop('sec_orders');
+SELECT tide.outbox_drop('sec_more');
 SELECT tide.outbox_drop('sec_evil');
+SELECT count(*) AS consume_grants_left FROM tide.outbox_consume_grants;
 REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb) FROM regress_sec_noinherit;
+REVOKE ALL ON FUNCTION tide.poll_outbox(text, text, int, int) FROM regress_sec_noinherit;
 REVOKE ALL ON SCHEMA tide FROM regress_sec_noinherit;
 DROP ROLE regress_sec_app, regress_sec_member, regress_sec_noinherit, regress_sec_team,
-	regress_sec_consumer, regress_sec_reader, regress_sec_nobody, regress_sec_admin;
+	regress_sec_consumer, regress_sec_cmember, regress_sec_reader, regress_sec_nobody, regress_sec_admin;

@@ -1,8 +1,13 @@
 /*
  * consumer.c
  *		Consumer groups over SQL: tide.poll_outbox() and
- *		tide.wait_for_messages(). Committing, heartbeats and lease changes are
- *		plain SQL in the install script.
+ *		tide.wait_for_messages(); tide.commit_offset(), consumer_heartbeat(),
+ *		extend_lease() and release_lease(), whose work is SQL in the install
+ *		script (tide._commit_offset(), ...).
+ *
+ * Every one of them runs as its caller, checks that the caller may consume
+ * from the group (src/outbox_rights.c), and then reads and writes as the
+ * catalog's owner, as publishing does.
  *
  * A group reads every message of its outbox; its consumers share the work
  * through leases, at most one per consumer, each an id range [lease_start,
@@ -36,6 +41,10 @@
 
 PG_FUNCTION_INFO_V1(tide_poll_outbox);
 PG_FUNCTION_INFO_V1(tide_wait_for_messages);
+PG_FUNCTION_INFO_V1(tide_commit_offset);
+PG_FUNCTION_INFO_V1(tide_consumer_heartbeat);
+PG_FUNCTION_INFO_V1(tide_extend_lease);
+PG_FUNCTION_INFO_V1(tide_release_lease);
 
 #define MAX_BATCH_SIZE 10000
 /* A lease lasts at most a day: a consumer that died holds it no longer. */
@@ -53,6 +62,40 @@ static SPIPlanPtr set_lease_plan = NULL;
 static SPIPlanPtr shrink_lease_plan = NULL;
 static SPIPlanPtr delete_lease_plan = NULL;
 static SPIPlanPtr advance_plan = NULL;
+static SPIPlanPtr commit_offset_plan = NULL;
+static SPIPlanPtr heartbeat_plan = NULL;
+static SPIPlanPtr extend_lease_plan = NULL;
+static SPIPlanPtr release_lease_plan = NULL;
+
+/* The caller's identity while a consumer API function runs as the owner. */
+typedef struct Caller
+{
+	Oid			userid;
+	int			sec_context;
+} Caller;
+
+/*
+ * Connects SPI, becomes the catalog's owner and checks that the caller may
+ * consume from the group; returns the outbox it reads (NULL: no such group,
+ * for a caller who may know). An error resets the user with the
+ * (sub)transaction.
+ */
+static char *
+consume_begin(const char *group, Caller *caller)
+{
+	GetUserIdAndSecContext(&caller->userid, &caller->sec_context);
+	SPI_connect();
+	SetUserIdAndSecContext(TideCatalogOwner(), caller->sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	return TideCheckConsumeRight(caller->userid, group);
+}
+
+/* Ends what consume_begin started. */
+static void
+consume_end(const Caller *caller)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(caller->userid, caller->sec_context);
+}
 
 /* A group's state as a poll sees it. */
 typedef struct GroupRead
@@ -408,8 +451,10 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	Oid			join_types[2] = {TEXTOID, TEXTOID};
 	Datum		join_args[2];
 	Poll		poll;
+	Caller		caller;
 	char	   *group;
 	char	   *consumer;
+	char	   *checked;
 
 	TideRequirePreload();
 	group = group_arg(fcinfo);
@@ -444,8 +489,11 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	poll.batch_size = PG_GETARG_INT32(2);
 	poll.visibility = PG_GETARG_INT32(3);
 
-	SPI_connect();
+	checked = consume_begin(group, &caller);
 	poll.group_state = lock_group(group);
+	/* dropped and created again for another outbox since the check */
+	if (checked == NULL || strcmp(checked, poll.group_state.outbox) != 0)
+		TideCheckConsumeOutbox(caller.userid, group, poll.group_state.outbox);
 
 	join_args[0] = poll.group;
 	join_args[1] = poll.consumer;
@@ -458,7 +506,7 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 
 	if (!poll_own_lease(&poll) && !poll_expired_lease(&poll))
 		poll_new_messages(&poll);
-	SPI_finish();
+	consume_end(&caller);
 
 	return (Datum) 0;
 }
@@ -499,6 +547,7 @@ Datum
 tide_wait_for_messages(PG_FUNCTION_ARGS)
 {
 	ConditionVariable *cv;
+	Caller		caller;
 	char	   *group;
 	TimestampTz deadline;
 	bool		found = false;
@@ -522,6 +571,7 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 				 errhint("Wait again after a timeout; a long poll needs no longer wait than an hour.")));
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PG_GETARG_INT32(1));
 	cv = WakeConditionVariable(MyDatabaseId);
+	consume_begin(group, &caller);
 
 	for (;;)
 	{
@@ -535,5 +585,94 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 		ConditionVariableTimedSleep(cv, Min(remaining, TideWaitRecheckMs), PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
+	consume_end(&caller);
 	PG_RETURN_BOOL(found);
+}
+
+/*
+ * Checks the group argument and the caller's right, then runs the internal
+ * function `sql` with the call's arguments (types `types`) as the owner;
+ * returns its result, a by-value datum, and sets *isnull.
+ */
+static Datum
+call_as_owner(FunctionCallInfo fcinfo, SPIPlanPtr *plan, const char *sql, Oid *types,
+			  bool *isnull)
+{
+	Caller		caller;
+	Datum		args[3];
+	char		nulls[3];
+	int			nargs = PG_NARGS();
+	Datum		result;
+	char	   *group;
+
+	Assert(nargs <= 3);
+	group = group_arg(fcinfo);
+	for (int i = 0; i < nargs; i++)
+	{
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+	}
+	consume_begin(group, &caller);
+	if (SPI_execute_plan(TidePlan(plan, sql, nargs, types), args, nulls, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not run \"%s\"", sql);
+	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+	consume_end(&caller);
+	return result;
+}
+
+/*
+ * SQL: tide.commit_offset(p_group, p_consumer, p_last_offset) acknowledges
+ * the consumer's lease up to p_last_offset (tide._commit_offset()).
+ */
+Datum
+tide_commit_offset(PG_FUNCTION_ARGS)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
+	bool		isnull;
+
+	call_as_owner(fcinfo, &commit_offset_plan,
+				  "SELECT tide._commit_offset($1, $2, $3)", types, &isnull);
+	PG_RETURN_VOID();
+}
+
+/* SQL: tide.consumer_heartbeat(p_group, p_consumer) (tide._consumer_heartbeat()). */
+Datum
+tide_consumer_heartbeat(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	bool		isnull;
+
+	call_as_owner(fcinfo, &heartbeat_plan,
+				  "SELECT tide._consumer_heartbeat($1, $2)", types, &isnull);
+	PG_RETURN_VOID();
+}
+
+/*
+ * SQL: tide.extend_lease(p_group, p_consumer, p_seconds) returns the
+ * lease's new expiry (tide._extend_lease()).
+ */
+Datum
+tide_extend_lease(PG_FUNCTION_ARGS)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	bool		isnull;
+	Datum		expiry = call_as_owner(fcinfo, &extend_lease_plan,
+									   "SELECT tide._extend_lease($1, $2, $3)", types, &isnull);
+
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(expiry);
+}
+
+/* SQL: tide.release_lease(p_group, p_consumer) (tide._release_lease()). */
+Datum
+tide_release_lease(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	bool		isnull;
+
+	call_as_owner(fcinfo, &release_lease_plan,
+				  "SELECT tide._release_lease($1, $2)", types, &isnull);
+	PG_RETURN_VOID();
 }

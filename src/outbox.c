@@ -241,7 +241,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 
 /*
  * Connects SPI, checks that the caller may publish to the outbox and
- * becomes the catalog's owner for the writes (src/publish_rights.c). An
+ * becomes the catalog's owner for the writes (src/outbox_rights.c). An
  * error on the way resets the user with the (sub)transaction.
  */
 static void

@@ -32,9 +32,17 @@ extern int	TideMaxPayloadBytes;
 extern void TideDefineLimitGucs(void);
 extern void TideCheckPayloadSize(Size bytes, int index);
 
-/* publish_rights.c */
+/* outbox_rights.c: who may publish to an outbox and consume from its groups */
+typedef enum TideRight
+{
+	TIDE_RIGHT_PUBLISH = 0,
+	TIDE_RIGHT_CONSUME = 1
+} TideRight;
+extern bool TideInRelayWorker;
 extern Oid	TideCatalogOwner(void);
 extern void TideCheckPublishRight(Oid userid, const char *outbox);
+extern char *TideCheckConsumeRight(Oid userid, const char *group);
+extern void TideCheckConsumeOutbox(Oid userid, const char *group, const char *outbox);
 
 /* tracker.c: commit-order-safe publish tracker */
 extern Size TrackerShmemSize(void);

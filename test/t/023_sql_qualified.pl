@@ -108,7 +108,7 @@ sub unescape
 }
 
 # Files whose SQL runs in the caller's search_path: types are checked too.
-my %caller_path = map { $_ => 1 } qw(src/outbox.c src/publish_rights.c);
+my %caller_path = map { $_ => 1 } qw(src/outbox.c src/outbox_rights.c);
 
 my $total = 0;
 for my $file (sort(glob("$root/src/*.c"), glob("$root/relay/*.c")))
