@@ -28,12 +28,7 @@
 
 #include "relay.h"
 
-/*
- * The range of rate_limit.per_second and burst the validator accepts: at
- * least one message every 1,000 s, at most a million a second.
- */
-#define RELAY_RATE_MIN_PER_SECOND	0.001
-#define RELAY_RATE_MAX_PER_SECOND	1000000.0
+/* The largest burst the validator accepts (the rate's range is in relay.h). */
 #define RELAY_BURST_MAX				1000000
 /* The longest wait for a token: one token at the slowest rate. */
 #define RELAY_PACING_MAX_WAIT_MS	1000000.0
@@ -47,7 +42,7 @@ pacing_rate(const RelayPipeline *p)
 {
 	if (!(p->rate_per_second > 0))
 		return 0;
-	return Min(Max(p->rate_per_second, RELAY_RATE_MIN_PER_SECOND), RELAY_RATE_MAX_PER_SECOND);
+	return Min(Max(p->rate_per_second, RELAY_MIN_RATE_PER_SECOND), RELAY_MAX_RATE_PER_SECOND);
 }
 
 /* Names of the breaker's states, as relay_pipeline_status shows them. */
