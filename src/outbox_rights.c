@@ -309,8 +309,8 @@ read_pipeline_groups(MemoryContext cxt)
 
 	if (SPI_execute_snapshot(TidePlan(&pipeline_groups_plan,
 									  "SELECT c.config OPERATOR(pg_catalog.->>) 'consumer_group', c.name,"
-									  "       c.config OPERATOR(pg_catalog.->) 'allow_other_consumers'"
-									  "         IS NOT DISTINCT FROM 'true'::pg_catalog.jsonb"
+									  "       coalesce(c.config OPERATOR(pg_catalog.->) 'allow_other_consumers'"
+									  "                OPERATOR(pg_catalog.=) 'true'::pg_catalog.jsonb, false)"
 									  "  FROM tide.relay_outbox_config c"
 									  " WHERE c.config OPERATOR(pg_catalog.?) 'consumer_group'"
 									  " ORDER BY c.name",

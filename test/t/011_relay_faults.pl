@@ -28,7 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode;
+use PgTide::TestNode qw(tide_node wait_until);
 use PgTide::Receiver;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64);
@@ -107,20 +107,6 @@ sub wait_for_ids
 		return time() - $start unless grep { !$seen->{$_} } @$ids;
 		my $took = time() - $t0;
 		usleep(int(1_000_000 * ($took * 2 > 0.05 ? $took * 2 : 0.05)));
-	}
-	return undef;
-}
-
-# Waits until the sub returns true, at most $timeout seconds; returns the
-# time taken, or undef.
-sub wait_until
-{
-	my ($cond, $timeout, $step) = @_;
-	my $start = time();
-	while (time() - $start < $timeout)
-	{
-		return time() - $start if $cond->();
-		usleep($step // 20_000);
 	}
 	return undef;
 }

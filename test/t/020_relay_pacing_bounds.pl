@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode;
+use PgTide::TestNode qw(tide_node wait_until);
 use PgTide::Receiver;
 use POSIX ();
 use Time::HiRes qw(time usleep);
@@ -24,20 +24,6 @@ my $rcv = PgTide::Receiver->new(dir => $dir);
 $rcv->start;
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-# Waits until the sub returns true, at most $timeout seconds; returns the
-# time taken, or undef.
-sub wait_until
-{
-	my ($cond, $timeout, $step) = @_;
-	my $start = time();
-	while (time() - $start < $timeout)
-	{
-		return time() - $start if $cond->();
-		usleep($step // 20_000);
-	}
-	return undef;
-}
 
 # The requests answered 200 at a path.
 sub delivered_at

@@ -6,8 +6,10 @@ use strict;
 use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
+use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(tide_node);
+our @EXPORT_OK = qw(wait_until);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -23,6 +25,20 @@ sub tide_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
 	return $node;
+}
+
+# Waits until the sub returns true, at most $timeout seconds; returns the
+# time taken, or undef.
+sub wait_until
+{
+	my ($cond, $timeout, $step) = @_;
+	my $start = time();
+	while (time() - $start < $timeout)
+	{
+		return time() - $start if $cond->();
+		usleep($step // 20_000);
+	}
+	return undef;
 }
 
 1;
