@@ -27,9 +27,9 @@ PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lcurl -lcjson -lcrypto
 
-# pg_regress: every sql/<test>.sql that is not the install script
-REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/pg_tide--%,$(wildcard sql/*.sql))))
-REGRESS_OPTS = --inputdir=. --load-extension=pg_tide
+# pg_regress: every test/sql/<test>.sql against test/expected/<test>.out
+REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --load-extension=pg_tide
 
 # isolation: test/specs/<name>.spec against test/expected/<name>.out
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))

@@ -4,7 +4,7 @@
 -- The rows a relay worker would write are inserted here directly (the
 -- relay is off in this cluster); TAP 011 has the worker write them.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 SELECT tide.outbox_create('dl_orders');
 SELECT tide.relay_set_outbox('dl_hook', 'dl_orders', 'dl_group',

@@ -5,7 +5,7 @@
 -- a caller's search_path changes nothing, secrets redacted, secret
 -- references validated. Roles made here are dropped at the end.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 -- the roles exist, cannot log in, and stay when the extension goes
 SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname LIKE 'tide\_%' ORDER BY rolname;

@@ -4,7 +4,7 @@
 -- put back at the end, for the tests that run after this one.
 SELECT coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'), 0) AS seq_before \gset
 SELECT setval('tide.tide_outbox_messages_id_seq', 1, false) \g /dev/null
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 -- One line per outbox of a sweep's result.
 CREATE FUNCTION pg_temp.sweep(p_outbox text DEFAULT NULL, p_batch int DEFAULT 1000,

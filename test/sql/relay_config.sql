@@ -2,7 +2,7 @@
 -- relay_delete, relay_get_config, relay_list_configs; validation of every
 -- webhook key, redaction of secrets, replace semantics.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 SELECT tide.outbox_create('rc_orders');
 SELECT tide.outbox_create('rc_payments');

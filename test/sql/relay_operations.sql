@@ -3,7 +3,7 @@
 -- operator events published by _relay_after_batch (called here as the
 -- relay worker calls it; the relay is off in this cluster; TAP 012 runs it).
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 SELECT tide.outbox_create('op_orders');
 SELECT tide.outbox_create('op_events');

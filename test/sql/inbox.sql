@@ -1,7 +1,7 @@
 -- Inboxes: create, drop, receive, claim, mark, process, dead letters,
 -- replay, status, retention. No ids or timestamps are shown.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 -- msgs(table): every message of an inbox table with its state, in arrival order.
 CREATE FUNCTION pg_temp.msgs(tbl regclass)
 RETURNS TABLE (event_id text, source text, payload jsonb, headers jsonb, state text,

@@ -12,7 +12,7 @@
 -- outbox (all) and p_older_than (retention_hours) of outbox_sweep, and the
 -- payload and headers of relay_filter_matches.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 SELECT coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'), 0) AS seq_before \gset
 
 -- Objects for the calls to aim at: an outbox with messages and a consumer

@@ -2,7 +2,7 @@
 -- with tide.relay_filter_matches; validation of both keys; both stored by
 -- relay_set_outbox.
 \set VERBOSITY default
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 -- m(filter, payload[, headers]): whether the message passes {"filter": filter}
 CREATE FUNCTION pg_temp.m(f jsonb, p jsonb, h jsonb DEFAULT NULL) RETURNS boolean

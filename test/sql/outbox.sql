@@ -2,7 +2,7 @@
 \set VERBOSITY default
 -- Message ids in this file start at 1, whatever ran before.
 SELECT setval('tide.tide_outbox_messages_id_seq', 1, false) \g /dev/null
-\i sql/include/try.sql
+\i test/sql/include/try.sql
 
 -- create
 SELECT tide.outbox_create('orders');
