@@ -7,6 +7,7 @@ OBJS = \
 	src/wake.o \
 	src/outbox.o \
 	src/limits.o \
+	src/catalog_version.o \
 	src/outbox_rights.o \
 	src/consumer.o \
 	src/relay_control.o \
@@ -21,9 +22,22 @@ OBJS = \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o
 
-DATA = $(wildcard sql/pg_tide--*.sql)
+# The SQL (CONTRIBUTING.md): the install script of the current version and
+# the update script from the release before it are made from the source
+# files under sql/; released versions' scripts are kept as they shipped.
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/pg_tide.control)
+SQL_INSTALL = $(sort $(wildcard $(srcdir)/sql/install/*.sql))
+SQL_FUNCTIONS = $(sort $(wildcard $(srcdir)/sql/functions/*.sql))
+SQL_INSTALL_POST = $(sort $(wildcard $(srcdir)/sql/install_post/*.sql))
+SQL_TAIL = $(srcdir)/sql/views.sql $(srcdir)/sql/privileges.sql
+SQL_UPDATE = $(wildcard $(srcdir)/sql/updates/*--$(EXTVERSION).sql)
+PREVVERSION = $(patsubst $(srcdir)/sql/updates/%--$(EXTVERSION).sql,%,$(SQL_UPDATE))
+SQL_UPDATE_POST = $(wildcard $(srcdir)/sql/updates/$(PREVVERSION)--$(EXTVERSION).post.sql)
 
-PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay
+DATA_built = sql/pg_tide--$(EXTVERSION).sql sql/pg_tide--$(PREVVERSION)--$(EXTVERSION).sql
+DATA = $(filter-out $(addprefix $(srcdir)/,$(DATA_built)),$(wildcard $(srcdir)/sql/pg_tide--*.sql))
+
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay -DTIDE_CATALOG_VERSION='"$(EXTVERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lcurl -lcjson -lcrypto
 
@@ -47,6 +61,24 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# The install script: state created once, the functions, the state that
+# needs the functions (triggers, a default), views, privileges.
+sql/pg_tide--$(EXTVERSION).sql: $(SQL_INSTALL) $(SQL_FUNCTIONS) $(SQL_INSTALL_POST) $(SQL_TAIL) $(srcdir)/pg_tide.control
+	{ echo "-- pg_tide $(EXTVERSION), made by make from sql/ (see CONTRIBUTING.md): do not edit"; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_tide" to load this file. \quit'; \
+	  for f in $(SQL_INSTALL) $(SQL_FUNCTIONS) $(SQL_INSTALL_POST) $(SQL_TAIL); do \
+	    printf '\n-- %s\n' "$${f#$(srcdir)/}"; cat "$$f"; done; } > $@
+
+# The update script from the previous release: that release's state
+# changes, then the same functions, views and privileges.
+sql/pg_tide--$(PREVVERSION)--$(EXTVERSION).sql: $(SQL_UPDATE) $(SQL_FUNCTIONS) $(SQL_UPDATE_POST) $(SQL_TAIL)
+	{ echo "-- pg_tide $(PREVVERSION) to $(EXTVERSION), made by make from sql/ (see CONTRIBUTING.md): do not edit"; \
+	  printf '%s\n' '\echo Use "ALTER EXTENSION pg_tide UPDATE TO '"'"'$(EXTVERSION)'"'"'" to load this file. \quit'; \
+	  for f in $(SQL_UPDATE) $(SQL_FUNCTIONS) $(SQL_UPDATE_POST) $(SQL_TAIL); do \
+	    printf '\n-- %s\n' "$${f#$(srcdir)/}"; cat "$$f"; done; } > $@
+
+all: $(DATA_built)
+
 # -Werror from PG_CFLAGS (as CI sets it) applies to the receiver too.
 test/receiver: test/receiver.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lmicrohttpd -lcjson -lcrypto -lpthread
@@ -60,3 +92,5 @@ installcheck: test/receiver test/sql_names
 # PGXS tracks no header dependencies: every object is rebuilt when one of
 # the project's headers changes (a changed struct must not leave stale objects).
 $(OBJS): $(wildcard src/*.h relay/*.h)
+# TIDE_CATALOG_VERSION comes from the control file.
+relay/worker.o: pg_tide.control

@@ -39,6 +39,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -693,16 +694,59 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 }
 
 /*
+ * Whether this database's pg_tide catalog is the version the library was
+ * built for (see src/catalog_version.c); needs a transaction. While it is
+ * not, the worker delivers nothing and says why once: an older catalog
+ * lacks what the library's statements use until ALTER EXTENSION pg_tide
+ * UPDATE, a newer one needs the newer library.
+ */
+static bool
+catalog_is_current(void)
+{
+	static char reported[NAMEDATALEN] = "";
+	char	   *installed = TideInstalledVersion();
+	int			cmp;
+
+	if (installed == NULL)
+		return false;
+	cmp = TideCompareVersions(installed, TIDE_CATALOG_VERSION);
+	if (cmp == 0)
+	{
+		if (reported[0] != '\0')
+			ereport(LOG,
+					(errmsg("pg_tide relay worker for database \"%s\" delivers again: its catalog is version %s",
+							get_database_name(MyDatabaseId), installed)));
+		reported[0] = '\0';
+		return true;
+	}
+	if (strcmp(reported, installed) != 0)
+	{
+		strlcpy(reported, installed, sizeof(reported));
+		ereport(LOG,
+				(errmsg("pg_tide relay worker for database \"%s\" waits: its pg_tide catalog is version %s, the library's is %s",
+						get_database_name(MyDatabaseId), installed, TIDE_CATALOG_VERSION),
+				 cmp < 0 ?
+				 errhint("Run ALTER EXTENSION pg_tide UPDATE in that database; nothing is delivered until then.") :
+				 errhint("Install pg_tide %s (or later) and restart the server; nothing is delivered until then.",
+						 installed)));
+	}
+	return false;
+}
+
+/*
  * One pass: reads the pipelines in a short transaction, then gives each its
- * turn (see deliver_pipelines). Returns false when pg_tide is no longer
- * installed in this database. Sets *has_work when an enabled pipeline
+ * turn (see deliver_pipelines); nothing while the catalog is not the
+ * library's version. Returns false when pg_tide is no longer installed in
+ * this database. Not inlined into the PG_TRY of RelayWorkerMain, where its
+ * locals could be clobbered by the longjmp of an ERROR. Sets *has_work when an enabled pipeline
  * exists: only then do publishing commits wake the worker; and *more when a
  * pipeline has more to deliver at once, so the worker does not sleep.
  */
-static bool
+pg_noinline static bool
 worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 {
 	bool		installed;
+	bool		current;
 	List	   *pipelines = NIL;
 
 	SetCurrentStatementStartTimestamp();
@@ -718,7 +762,8 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 		SpinLockRelease(&Relay->mutex);
 	}
 	*has_work = false;
-	if (installed)
+	current = installed && catalog_is_current();
+	if (current)
 		pipelines = RelayReadPipelines(loop_cxt, has_work);
 
 	PopActiveSnapshot();
@@ -727,7 +772,7 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 	MemoryContextSwitchTo(loop_cxt);
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
-	if (installed)
+	if (current)
 	{
 		RelayTrimAttemptLog();
 		RelaySweepOutboxes();

@@ -27,6 +27,10 @@ extern void TideValidateConsumerId(const char *id);
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
 extern int64 TideSpiInt64(int col, bool *isnull);
 
+/* catalog_version.c: the database's catalog version against the library's */
+extern char *TideInstalledVersion(void);
+extern int	TideCompareVersions(const char *a, const char *b);
+
 /* limits.c: pg_tide.max_payload_bytes */
 extern int	TideMaxPayloadBytes;
 extern void TideDefineLimitGucs(void);

@@ -1,0 +1,215 @@
+-- ---------------------------------------------------------------------------
+-- Outboxes
+-- ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tide.outbox_create_if_not_exists(p_name text,
+												 p_retention_hours int DEFAULT 24,
+												 p_inline_threshold int DEFAULT 10000)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	created boolean;
+BEGIN
+	PERFORM tide._check_name('outbox', p_name);
+	IF p_retention_hours IS NULL THEN
+		RAISE EXCEPTION 'retention_hours must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of hours consumed messages are kept, from 1 to 87600 (ten years).';
+	END IF;
+	IF p_retention_hours <= 0 THEN
+		RAISE EXCEPTION 'retention_hours must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of hours consumed messages are kept, at least 1.';
+	END IF;
+	-- Retention subtracts the hours from now(): far beyond this, timestamps
+	-- overflow and every sweep would fail.
+	IF p_retention_hours > 87600 THEN
+		RAISE EXCEPTION 'retention_hours must be at most 87600, not %', p_retention_hours
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of hours consumed messages are kept, from 1 to 87600 (ten years).';
+	END IF;
+	IF p_inline_threshold IS NULL THEN
+		RAISE EXCEPTION 'inline_threshold must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
+	END IF;
+	IF p_inline_threshold <= 0 THEN
+		RAISE EXCEPTION 'inline_threshold must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
+	END IF;
+	INSERT INTO tide.tide_outbox_config (outbox_name, retention_hours, inline_threshold)
+	VALUES (p_name, p_retention_hours, p_inline_threshold)
+	ON CONFLICT (outbox_name) DO NOTHING;
+	GET DIAGNOSTICS created = ROW_COUNT;
+	RETURN created;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_create_if_not_exists(text, int, int)
+	IS 'creates an outbox unless it exists; returns whether it was created';
+REVOKE ALL ON FUNCTION tide.outbox_create_if_not_exists(text,integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_create_if_not_exists(text,integer,integer) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_create(p_name text,
+								   p_retention_hours int DEFAULT 24,
+								   p_inline_threshold int DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF NOT tide.outbox_create_if_not_exists(p_name, p_retention_hours, p_inline_threshold) THEN
+		RAISE EXCEPTION 'outbox "%" already exists', p_name
+			USING ERRCODE = 'duplicate_object',
+				  HINT = 'Use tide.outbox_create_if_not_exists() to accept an existing outbox.';
+	END IF;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_create(text, int, int) IS 'creates a named outbox';
+REVOKE ALL ON FUNCTION tide.outbox_create(text,integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_create(text,integer,integer) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_drop(p_name text, p_if_exists boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._check_name('outbox', p_name);
+	PERFORM tide._check_flag('p_if_exists', p_if_exists);
+	-- The messages must be deleted with a snapshot taken after the lock
+	-- below, which a REPEATABLE READ transaction does not take.
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'cannot drop an outbox in a % transaction', current_setting('transaction_isolation')
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Drop it in a READ COMMITTED transaction.';
+	END IF;
+	-- Publishers hold ROW EXCLUSIVE on the message table until they end:
+	-- this waits for those in flight, and new ones wait until the drop has
+	-- committed, after which they no longer find the outbox.
+	LOCK TABLE tide.tide_outbox_messages IN SHARE ROW EXCLUSIVE MODE;
+	-- Its consumer groups go with it (ON DELETE CASCADE), its messages here.
+	DELETE FROM tide.tide_outbox_config WHERE outbox_name = p_name;
+	IF FOUND THEN
+		DELETE FROM tide.tide_outbox_messages WHERE outbox_name = p_name;
+	ELSE
+		IF p_if_exists THEN
+			RAISE NOTICE 'outbox "%" does not exist, skipping', p_name;
+		ELSE
+			RAISE EXCEPTION 'outbox "%" does not exist', p_name
+				USING ERRCODE = 'undefined_object',
+					  HINT = 'Pass p_if_exists => true to ignore a missing outbox.';
+		END IF;
+	END IF;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_drop(text, boolean)
+	IS 'drops an outbox with its messages and consumer groups';
+REVOKE ALL ON FUNCTION tide.outbox_drop(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_drop(text,boolean) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide._outbox_set_enabled(p_name text, p_enabled boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_name);
+	UPDATE tide.tide_outbox_config SET enabled = p_enabled
+	 WHERE outbox_name = p_name AND enabled IS DISTINCT FROM p_enabled;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._outbox_set_enabled(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._outbox_set_enabled(text,boolean) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_enable(p_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+	SELECT tide._outbox_set_enabled(p_name, true);
+END;
+COMMENT ON FUNCTION tide.outbox_enable(text) IS 'allows publishing to an outbox again';
+REVOKE ALL ON FUNCTION tide.outbox_enable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_enable(text) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_disable(p_name text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+	SELECT tide._outbox_set_enabled(p_name, false);
+END;
+COMMENT ON FUNCTION tide.outbox_disable(text)
+	IS 'refuses further publishing to an outbox; consumers keep reading';
+REVOKE ALL ON FUNCTION tide.outbox_disable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_disable(text) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_publish(p_name text, p_payload jsonb, p_headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_publish'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb)
+	IS 'publishes one message inside the caller''s transaction; returns its id';
+REVOKE ALL ON FUNCTION tide.outbox_publish(text,jsonb,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text,jsonb,jsonb) TO tide_admin, tide_publisher;
+
+CREATE OR REPLACE FUNCTION tide.outbox_publish_batch(p_name text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_publish_batch'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb)
+	IS 'publishes many messages in array order inside the caller''s transaction; returns how many';
+REVOKE ALL ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb) TO tide_admin, tide_publisher;
+
+CREATE OR REPLACE FUNCTION tide.outbox_status(p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	cfg tide.tide_outbox_config;
+	low bigint;
+	result jsonb;
+BEGIN
+	cfg := tide._outbox_config(p_name);
+	low := tide._outbox_low_water(p_name);
+	SELECT jsonb_build_object(
+			'outbox', cfg.outbox_name,
+			'enabled', cfg.enabled,
+			'retention_hours', cfg.retention_hours,
+			'inline_threshold', cfg.inline_threshold,
+			'pending', (SELECT count(*) FROM tide.tide_outbox_messages m
+						 WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
+			'oldest_pending_age_seconds',
+				(SELECT round(extract(epoch FROM clock_timestamp() - min(m.created_at))::numeric, 3)
+				   FROM tide.tide_outbox_messages m
+				  WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
+			'newest_id', (SELECT max(m.id) FROM tide.tide_outbox_messages m
+						   WHERE m.outbox_name = p_name),
+			'safe_horizon', tide._safe_horizon(),
+			'oldest_open_publish_age_seconds',
+				round(tide._oldest_open_publish_age()::numeric, 3),
+			'consumer_groups', coalesce((
+				SELECT jsonb_agg(jsonb_build_object(
+						'group', l.group_name,
+						'auto_offset_reset', l.auto_offset_reset,
+						'position', l.committed_offset,
+						'lag', l.pending,
+						'consumers', l.consumers,
+						'active_leases', l.active_leases)
+						ORDER BY l.group_name)
+				  FROM tide.consumer_lag l
+				 WHERE l.outbox_name = p_name), '[]'::jsonb))
+	  INTO result;
+	RETURN result;
+END
+$$
+SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER;
+COMMENT ON FUNCTION tide.outbox_status(text)
+	IS 'pending count and age, newest id, consumer groups with position and lag, oldest open publishing transaction';
+REVOKE ALL ON FUNCTION tide.outbox_status(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_status(text) TO tide_admin, tide_reader;

@@ -1,0 +1,30 @@
+-- ---------------------------------------------------------------------------
+-- Relay workers (relay/launcher.c). The launcher runs one relay worker per
+-- database where pg_tide is installed; delivery to sinks comes later.
+-- ---------------------------------------------------------------------------
+
+-- Asks the launcher, at commit, to look at this database again, so the new
+-- extension gets its relay worker within a second. Does nothing without
+-- preloading.
+CREATE OR REPLACE FUNCTION tide._relay_notify_launcher()
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_notify_launcher'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._relay_notify_launcher()
+	IS 'internal: asks the relay launcher to start a worker for this database at commit';
+REVOKE ALL ON FUNCTION tide._relay_notify_launcher() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_notify_launcher() TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.relay_workers(
+	OUT database name,
+	OUT pid integer,
+	OUT started_at timestamptz,
+	OUT passes bigint,
+	OUT wakeups bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tide_relay_workers'
+LANGUAGE C VOLATILE ROWS 8;
+COMMENT ON FUNCTION tide.relay_workers()
+	IS 'one row per running relay worker in the cluster: its database, pid, start time, passes and wake-ups by commits';
+REVOKE ALL ON FUNCTION tide.relay_workers() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.relay_workers() TO tide_admin, tide_reader;

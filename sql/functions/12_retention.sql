@@ -1,0 +1,209 @@
+-- ---------------------------------------------------------------------------
+-- Retention. tide.outbox_sweep deletes an outbox's messages that are older
+-- than its retention_hours and that every participant has passed: each
+-- consumer group of the outbox (a relay pipeline reads through one, and a
+-- live lease holds its group's position back), never above the publish
+-- tracker's safe horizon. An outbox without consumer groups loses its
+-- messages by age alone: nobody reads them. The relay worker runs it.
+--
+-- Why no group is locked. A group's position, least(leased_upto, lowest
+-- lease_start - 1), is read in one statement, so from one snapshot, and
+-- every id up to it is acknowledged in that snapshot. Polls, commits and
+-- lease changes only ever move a committed position forward: a poll leases
+-- ids above leased_upto and moves leased_upto to the last of them, a
+-- takeover splits a lease at its start, a commit raises a lease's start or
+-- deletes the lease, a release only changes the expiry. So whatever
+-- commits while a sweep runs, the ids at or below the position it read
+-- stay acknowledged, and no poll reads them again: polls fetch ids above
+-- leased_upto or inside a lease, all above the position. The sweep takes
+-- no group lock, and consumers never wait for it, nor it for them. Two
+-- things move a position back: tide.admin_rewind_offset and a new group
+-- ('earliest' starts at 0). Each behaves as if it had run after the sweep
+-- (neither reads messages): a rewind below what retention deleted, or a
+-- group created during a sweep, starts at the oldest message still kept.
+-- A group with no position yet ('none') holds every message.
+--
+-- The deletion takes ROW EXCLUSIVE on the message table, as publishers do:
+-- publishers never wait for it. outbox_drop's SHARE ROW EXCLUSIVE waits for
+-- a running sweep, as for a publisher. Rows are deleted in id order,
+-- p_batch_size per statement, at most 100 statements per call; the rows a
+-- concurrent sweep has locked are skipped.
+-- ---------------------------------------------------------------------------
+
+-- The participants of an outbox: one row per consumer group with its
+-- position (NULL when it has none yet), named as the pipeline that reads
+-- through it, else as the consumer whose lease holds the position below the
+-- group's dispatch cursor, else as the group.
+CREATE OR REPLACE FUNCTION tide._retention_participants(p_outbox text)
+RETURNS TABLE (kind text, name text, group_name text, passed_upto bigint)
+LANGUAGE sql STABLE
+AS $$
+	SELECT CASE WHEN p.name IS NOT NULL THEN 'pipeline'
+				WHEN l.lease_start - 1 < g.leased_upto THEN 'lease'
+				ELSE 'consumer_group' END,
+		   CASE WHEN p.name IS NOT NULL THEN p.name
+				WHEN l.lease_start - 1 < g.leased_upto THEN l.consumer_id
+				ELSE g.group_name END,
+		   g.group_name,
+		   CASE WHEN g.leased_upto IS NOT NULL THEN least(g.leased_upto, l.lease_start - 1) END
+	  FROM tide.tide_consumer_groups g
+	  LEFT JOIN LATERAL (SELECT x.consumer_id, x.lease_start
+						   FROM tide.tide_consumer_leases x
+						  WHERE x.group_name = g.group_name
+						  ORDER BY x.lease_start, x.consumer_id LIMIT 1) l ON true
+	  LEFT JOIN LATERAL (SELECT min(r.name) AS name
+						   FROM tide.relay_outbox_config r
+						  WHERE r.config ->> 'consumer_group' = g.group_name) p ON true
+	 WHERE g.outbox_name = p_outbox
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._retention_participants(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._retention_participants(text) TO tide_admin;
+
+-- What retention may delete from an outbox now: its messages created before
+-- cutoff with ids up to bound (the lowest participant position, capped by
+-- the safe horizon); and, when messages past retention lie above bound, the
+-- blocker: the participant with the lowest position, or the safe horizon
+-- when no participant is below it (an open publishing transaction).
+CREATE OR REPLACE FUNCTION tide._outbox_retention(p_outbox text, p_keep interval,
+									   OUT cutoff timestamptz, OUT safe_horizon bigint,
+									   OUT bound bigint, OUT blocker jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	low record;
+	has_low boolean;
+BEGIN
+	cutoff := now() - p_keep;
+	-- The horizon first: the positions and the messages are read by later
+	-- statements, with later snapshots.
+	safe_horizon := tide._safe_horizon();
+	SELECT * INTO low FROM tide._retention_participants(p_outbox) r
+	 ORDER BY r.passed_upto NULLS FIRST, r.kind, r.name LIMIT 1;
+	has_low := FOUND;
+	IF NOT has_low THEN
+		bound := safe_horizon;
+	ELSE
+		bound := least(coalesce(low.passed_upto, 0), safe_horizon);
+	END IF;
+	IF EXISTS (SELECT 1 FROM tide.tide_outbox_messages m
+				WHERE m.outbox_name = p_outbox AND m.id > bound AND m.created_at < cutoff) THEN
+		IF has_low AND coalesce(low.passed_upto, -1) < safe_horizon THEN
+			blocker := jsonb_build_object('kind', low.kind, 'name', low.name,
+										  'group', low.group_name, 'position', low.passed_upto);
+		ELSE
+			blocker := jsonb_build_object('kind', 'safe_horizon', 'name', NULL,
+										  'group', NULL, 'position', safe_horizon);
+		END IF;
+	END IF;
+END
+$$
+SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER;
+REVOKE ALL ON FUNCTION tide._outbox_retention(text,interval) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._outbox_retention(text,interval) TO tide_admin, tide_reader;
+
+CREATE OR REPLACE FUNCTION tide.outbox_sweep(p_outbox_name text DEFAULT NULL,
+								  p_batch_size int DEFAULT 1000,
+								  p_dry_run boolean DEFAULT false,
+								  p_older_than interval DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	max_batches constant int := 100;
+	cfg tide.tide_outbox_config;
+	r record;
+	eligible bigint;
+	deleted bigint;
+	batches int;
+	more boolean;
+	after_id bigint;
+	n bigint;
+	last_id bigint;
+	total bigint := 0;
+	total_batches int := 0;
+	any_more boolean := false;
+	items jsonb := '[]';
+BEGIN
+	IF p_outbox_name IS NOT NULL THEN
+		PERFORM tide._outbox_config(p_outbox_name);
+	END IF;
+	IF p_batch_size IS NULL THEN
+		RAISE EXCEPTION 'batch size must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Give the most messages to delete with one statement, from 1 to 10000.';
+	END IF;
+	IF p_batch_size < 1 OR p_batch_size > 10000 THEN
+		RAISE EXCEPTION 'batch size must be between 1 and 10000'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the most messages to delete with one statement.';
+	END IF;
+	IF p_dry_run IS NULL THEN
+		RAISE EXCEPTION 'dry_run must not be null'
+			USING ERRCODE = 'null_value_not_allowed',
+				  HINT = 'Pass true to count what would be deleted, false to delete it.';
+	END IF;
+	PERFORM tide._check_age(p_older_than,
+		'Give p_older_than, to sweep messages older than it instead of the outbox''s retention_hours, or leave it NULL.');
+
+	FOR cfg IN SELECT * FROM tide.tide_outbox_config c
+				WHERE p_outbox_name IS NULL OR c.outbox_name = p_outbox_name
+				ORDER BY c.outbox_name
+	LOOP
+		r := tide._outbox_retention(cfg.outbox_name,
+									coalesce(p_older_than, make_interval(hours => cfg.retention_hours)));
+		-- Every id up to r.bound belongs to a transaction that has ended
+		-- (bound <= safe horizon), so this snapshot sees the whole set, and
+		-- nothing joins it later.
+		SELECT count(*) INTO eligible FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = cfg.outbox_name AND m.id <= r.bound AND m.created_at < r.cutoff;
+		deleted := 0;
+		batches := 0;
+		more := false;
+		after_id := 0;
+		IF NOT p_dry_run THEN
+			WHILE deleted < eligible LOOP
+				IF total_batches >= max_batches THEN
+					more := true;
+					EXIT;
+				END IF;
+				WITH b AS (
+					SELECT m.id FROM tide.tide_outbox_messages m
+					 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
+					   AND m.created_at < r.cutoff
+					 ORDER BY m.id LIMIT p_batch_size
+					   FOR UPDATE SKIP LOCKED),
+				d AS (
+					DELETE FROM tide.tide_outbox_messages m USING b WHERE m.id = b.id
+					RETURNING m.id)
+				SELECT count(*), max(d.id) INTO n, last_id FROM d;
+				batches := batches + 1;
+				total_batches := total_batches + 1;
+				deleted := deleted + n;
+				EXIT WHEN n < p_batch_size;
+				after_id := last_id;
+			END LOOP;
+		END IF;
+		total := total + deleted;
+		any_more := any_more OR more;
+		items := items || jsonb_build_object(
+					'outbox', cfg.outbox_name,
+					'retention_hours', cfg.retention_hours,
+					'safe_horizon', r.safe_horizon,
+					'horizon_id', r.bound,
+					'eligible', eligible,
+					'deleted', deleted,
+					'batches', batches,
+					'more', more,
+					'blocker', r.blocker);
+	END LOOP;
+	RETURN jsonb_build_object('outboxes', items, 'deleted', total, 'batches', total_batches,
+							  'more', any_more, 'dry_run', p_dry_run);
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_sweep(text, int, boolean, interval)
+	IS 'deletes messages older than retention_hours (or p_older_than) that every consumer group has passed, in batches; names what holds retention back';
+REVOKE ALL ON FUNCTION tide.outbox_sweep(text,integer,boolean,interval) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_sweep(text,integer,boolean,interval) TO tide_admin;

@@ -1,0 +1,257 @@
+-- ---------------------------------------------------------------------------
+-- Catalog (seed 003: names and types kept exactly; additions documented in
+-- docs/catalog.md)
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE tide.tide_outbox_config (
+	outbox_name			text PRIMARY KEY,
+	retention_hours		int NOT NULL DEFAULT 24,
+	inline_threshold	int NOT NULL DEFAULT 10000,
+	enabled				boolean NOT NULL DEFAULT true,
+	created_at			timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT tide_outbox_config_retention_check CHECK (retention_hours > 0),
+	CONSTRAINT tide_outbox_config_threshold_check CHECK (inline_threshold > 0)
+);
+
+COMMENT ON TABLE tide.tide_outbox_config IS 'One row per named outbox';
+
+-- CACHE 1 matters: a per-backend cache would let a backend hold ids far
+-- below the value a reader sees, and the safe horizon would not cover them.
+CREATE SEQUENCE tide.tide_outbox_messages_id_seq CACHE 1;
+
+-- outbox_name names a row of tide_outbox_config. A foreign key would lock
+-- that row for every message published (concurrent publishers of one outbox
+-- then share the lock through multixacts): outbox_publish and outbox_drop
+-- keep the reference instead (see outbox_drop and src/outbox.c).
+CREATE TABLE tide.tide_outbox_messages (
+	id				bigint PRIMARY KEY,
+	outbox_name		text NOT NULL,
+	payload			jsonb NOT NULL,
+	headers			jsonb,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	consumed_at		timestamptz,
+	consumer_group	text
+);
+
+ALTER SEQUENCE tide.tide_outbox_messages_id_seq OWNED BY tide.tide_outbox_messages.id;
+
+COMMENT ON TABLE tide.tide_outbox_messages IS 'Shared message store for all outboxes';
+
+CREATE INDEX idx_tide_outbox_messages_pending
+	ON tide.tide_outbox_messages (outbox_name, id)
+	WHERE consumed_at IS NULL;
+
+CREATE TABLE tide.tide_consumer_groups (
+	group_name			text PRIMARY KEY,
+	outbox_name			text NOT NULL
+		REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	auto_offset_reset	text NOT NULL DEFAULT 'earliest',
+	created_at			timestamptz NOT NULL DEFAULT now(),
+	-- Highest message id ever handed out to a consumer of the group; NULL
+	-- while a group created with 'none' has no position yet.
+	leased_upto			bigint,
+	CONSTRAINT tide_consumer_groups_reset_check
+		CHECK (auto_offset_reset IN ('earliest', 'latest', 'none'))
+);
+
+CREATE INDEX tide_consumer_groups_outbox_idx ON tide.tide_consumer_groups (outbox_name);
+
+COMMENT ON TABLE tide.tide_consumer_groups IS 'Named consumer groups with offset reset policy';
+
+CREATE TABLE tide.tide_consumer_offsets (
+	group_name			text NOT NULL
+		REFERENCES tide.tide_consumer_groups (group_name) ON DELETE CASCADE,
+	consumer_id			text NOT NULL,
+	committed_offset	bigint NOT NULL DEFAULT 0,
+	last_heartbeat		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_name, consumer_id)
+);
+
+COMMENT ON TABLE tide.tide_consumer_offsets IS 'Per-consumer committed offsets and heartbeats';
+
+CREATE TABLE tide.tide_consumer_leases (
+	group_name		text NOT NULL,
+	consumer_id		text NOT NULL,
+	lease_start		bigint NOT NULL,
+	lease_end		bigint NOT NULL,
+	expires_at		timestamptz NOT NULL,
+	PRIMARY KEY (group_name, consumer_id),
+	FOREIGN KEY (group_name, consumer_id)
+		REFERENCES tide.tide_consumer_offsets (group_name, consumer_id) ON DELETE CASCADE,
+	CONSTRAINT tide_consumer_leases_range_check CHECK (lease_start <= lease_end)
+);
+
+COMMENT ON TABLE tide.tide_consumer_leases IS 'Visibility leases for in-flight message batches';
+
+CREATE TABLE tide.tide_inbox_config (
+	inbox_name					text PRIMARY KEY,
+	inbox_schema				text NOT NULL DEFAULT 'tide',
+	max_retries					int NOT NULL DEFAULT 3,
+	processed_retention_hours	int NOT NULL DEFAULT 72,
+	dlq_retention_hours			int NOT NULL DEFAULT 0,
+	created_at					timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE tide.tide_inbox_config IS 'Named inbox configurations';
+
+CREATE TABLE tide.relay_outbox_config (
+	name		text PRIMARY KEY,
+	enabled		boolean NOT NULL DEFAULT true,
+	config		jsonb NOT NULL
+);
+
+COMMENT ON TABLE tide.relay_outbox_config IS 'Forward relay pipeline definitions (outbox to sink)';
+
+CREATE TABLE tide.relay_inbox_config (
+	name		text PRIMARY KEY,
+	enabled		boolean NOT NULL DEFAULT true,
+	config		jsonb NOT NULL
+);
+
+COMMENT ON TABLE tide.relay_inbox_config IS 'Reverse relay pipeline definitions (source to inbox)';
+
+CREATE TABLE tide.relay_consumer_offsets (
+	relay_group_id	text NOT NULL,
+	pipeline_id		text NOT NULL,
+	outbox_name		text NOT NULL,
+	last_change_id	bigint NOT NULL DEFAULT 0,
+	updated_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (relay_group_id, pipeline_id, outbox_name)
+);
+
+COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery offset';
+
+-- A message whose delivery failed by its own answer waits here for its next
+-- attempt (relay/worker.c), with a copy of the message, so the pipeline's
+-- offset can move past it. pipeline_id is the pipeline's name.
+CREATE TABLE tide.relay_retry_queue (
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	payload				jsonb NOT NULL,
+	headers				jsonb,
+	created_at			timestamptz NOT NULL,
+	attempts			int NOT NULL,
+	next_attempt_at		timestamptz NOT NULL,
+	manual				boolean NOT NULL DEFAULT false,
+	first_failed_at		timestamptz NOT NULL DEFAULT now(),
+	last_status			int,
+	last_error_class	text,
+	last_error			text,
+	PRIMARY KEY (pipeline_id, message_id)
+);
+
+CREATE INDEX relay_retry_queue_due ON tide.relay_retry_queue (pipeline_id, next_attempt_at);
+
+COMMENT ON TABLE tide.relay_retry_queue
+	IS 'Messages waiting for another delivery attempt, per pipeline';
+
+-- A message that failed permanently or ran out of attempts, with a copy of
+-- the message and the last failure.
+CREATE TABLE tide.relay_dlq (
+	id					bigserial PRIMARY KEY,
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	payload				jsonb NOT NULL,
+	headers				jsonb,
+	created_at			timestamptz NOT NULL,
+	attempts			int NOT NULL,
+	reason				text NOT NULL,
+	last_status			int,
+	last_error_class	text,
+	last_error			text,
+	first_failed_at		timestamptz NOT NULL,
+	dead_lettered_at	timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT relay_dlq_message_key UNIQUE (pipeline_id, message_id),
+	CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted'))
+);
+
+CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
+
+COMMENT ON TABLE tide.relay_dlq
+	IS 'Dead letters: messages a pipeline could not deliver, kept until retried or purged';
+
+-- One row per delivery attempt, written by the relay worker in the
+-- transaction that records the batch (relay/attempt_log.c), unless the
+-- pipeline's config says "attempt_log": false. Rows older than
+-- pg_tide.attempt_log_retention are deleted by the worker.
+CREATE TABLE tide.relay_attempts (
+	id					bigserial PRIMARY KEY,
+	pipeline_id			text NOT NULL,
+	outbox_name			text NOT NULL,
+	message_id			bigint NOT NULL,
+	attempt				int NOT NULL,
+	manual				boolean NOT NULL DEFAULT false,
+	status				text NOT NULL,
+	response_code		int,
+	error_class			text,
+	error				text,
+	latency_ms			real,
+	response_snippet	text,
+	attempted_at		timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT relay_attempts_status_check CHECK (status IN ('success', 'failed'))
+);
+
+-- the attempts of a message; the failures of a pipeline; retention
+CREATE INDEX relay_attempts_message ON tide.relay_attempts (pipeline_id, message_id);
+
+CREATE INDEX relay_attempts_failures ON tide.relay_attempts (pipeline_id, attempted_at)
+	WHERE status = 'failed';
+
+CREATE INDEX relay_attempts_attempted_at ON tide.relay_attempts USING brin (attempted_at);
+
+COMMENT ON TABLE tide.relay_attempts
+	IS 'Delivery attempts: one row per request a pipeline made, with its outcome';
+
+-- A pipeline's health as its relay worker last recorded it, in the
+-- transaction that records each batch: failures in a row since the last
+-- success, when each last happened, the last error.
+CREATE TABLE tide.relay_pipeline_health (
+	pipeline_id				text PRIMARY KEY,
+	consecutive_failures	int NOT NULL DEFAULT 0,
+	last_success_at			timestamptz,
+	last_failure_at			timestamptz,
+	last_status				int,
+	last_error_class		text,
+	last_error				text,
+	breaker					text,
+	filtered				bigint NOT NULL DEFAULT 0,
+	updated_at				timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE tide.relay_pipeline_health
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error';
+
+-- User data survives pg_dump.
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_groups', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_offsets', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_leases', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_inbox_config', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_outbox_config', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_config', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_consumer_offsets', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_retry_queue', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_dlq_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_attempts_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_pipeline_health', '');

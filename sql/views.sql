@@ -1,0 +1,105 @@
+-- The views, created or replaced: after the functions they call.
+
+CREATE OR REPLACE VIEW tide.consumer_lag AS
+SELECT g.group_name,
+	   g.outbox_name,
+	   g.auto_offset_reset,
+	   p.position AS committed_offset,
+	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = g.outbox_name) AS newest_id,
+	   CASE WHEN p.position IS NOT NULL THEN
+		   (SELECT count(*) FROM tide.tide_outbox_messages m
+			 WHERE m.outbox_name = g.outbox_name AND m.consumed_at IS NULL
+			   AND m.id > p.position)
+	   END AS pending,
+	   (SELECT count(*) FROM tide.tide_consumer_offsets o
+		 WHERE o.group_name = g.group_name) AS consumers,
+	   (SELECT count(*) FROM tide.tide_consumer_leases l
+		 WHERE l.group_name = g.group_name AND l.expires_at > clock_timestamp()) AS active_leases
+  FROM tide.tide_consumer_groups g,
+	   LATERAL (SELECT tide._group_position(g.group_name) AS position) p;
+
+COMMENT ON VIEW tide.consumer_lag
+	IS 'per consumer group: committed position, newest message id, messages still to read';
+
+CREATE OR REPLACE VIEW tide.relay_pipeline_lag AS
+SELECT c.name AS pipeline,
+	   c.config ->> 'outbox' AS outbox,
+	   c.config ->> 'consumer_group' AS consumer_group,
+	   coalesce(o.last_change_id, 0) AS delivered_upto,
+	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox') AS newest_id,
+	   (SELECT count(*) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox'
+		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_messages,
+	   (SELECT now() - min(m.created_at) FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.config ->> 'outbox'
+		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_age
+  FROM tide.relay_outbox_config c
+  LEFT JOIN tide.relay_consumer_offsets o
+		 ON o.pipeline_id = c.name AND o.relay_group_id = c.config ->> 'consumer_group'
+		AND o.outbox_name = c.config ->> 'outbox';
+
+COMMENT ON VIEW tide.relay_pipeline_lag
+	IS 'per pipeline: the offset it has delivered up to, the newest message, and how many messages (and how old the oldest) wait';
+
+CREATE OR REPLACE VIEW tide.relay_pipeline_status AS
+SELECT c.name AS pipeline,
+	   c.enabled,
+	   c.config ->> 'sink_type' AS sink_type,
+	   c.config ->> 'outbox' AS outbox,
+	   CASE WHEN NOT c.enabled THEN 'disabled'
+			WHEN h.breaker = 'open' THEN 'breaker_open'
+			WHEN coalesce(h.consecutive_failures, 0) = 0 THEN 'healthy'
+			ELSE 'failing' END AS health,
+	   h.breaker,
+	   coalesce(h.filtered, 0) AS filtered,
+	   coalesce(h.consecutive_failures, 0) AS consecutive_failures,
+	   l.delivered_upto AS offset_id,
+	   l.lag_messages,
+	   l.lag_age,
+	   (SELECT coalesce(sum(cl.lease_end - cl.lease_start + 1), 0)
+		  FROM tide.tide_consumer_leases cl
+		 WHERE cl.group_name = c.config ->> 'consumer_group'
+		   AND cl.consumer_id = 'relay:' || c.name) AS in_flight,
+	   (SELECT count(*) FROM tide.relay_retry_queue q WHERE q.pipeline_id = c.name) AS retry_queue,
+	   (SELECT count(*) FROM tide.relay_dlq d WHERE d.pipeline_id = c.name) AS dead_letters,
+	   h.last_success_at,
+	   h.last_failure_at,
+	   h.last_status,
+	   h.last_error_class,
+	   h.last_error,
+	   (SELECT count(*) FROM tide.relay_attempts a
+		 WHERE a.pipeline_id = c.name AND a.status = 'success'
+		   AND a.attempted_at > now() - interval '1 minute') AS delivered_last_minute
+  FROM tide.relay_outbox_config c
+  JOIN tide.relay_pipeline_lag l ON l.pipeline = c.name
+  LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
+
+COMMENT ON VIEW tide.relay_pipeline_status
+	IS 'per pipeline: health, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
+
+CREATE OR REPLACE VIEW tide.outbox_retention_status AS
+SELECT c.outbox_name,
+	   c.retention_hours,
+	   s.messages,
+	   s.oldest_message_age,
+	   s.past_retention,
+	   s.deletable,
+	   r.bound AS horizon_id,
+	   r.blocker ->> 'kind' AS blocker_kind,
+	   r.blocker ->> 'name' AS blocker_name,
+	   r.blocker ->> 'group' AS blocker_group,
+	   (r.blocker ->> 'position')::bigint AS blocker_position
+  FROM tide.tide_outbox_config c
+ CROSS JOIN LATERAL tide._outbox_retention(c.outbox_name, make_interval(hours => c.retention_hours)) r
+ CROSS JOIN LATERAL (
+		SELECT count(*) AS messages,
+			   now() - min(m.created_at) AS oldest_message_age,
+			   count(*) FILTER (WHERE m.created_at < r.cutoff) AS past_retention,
+			   count(*) FILTER (WHERE m.created_at < r.cutoff AND m.id <= r.bound) AS deletable
+		  FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = c.outbox_name) s;
+
+COMMENT ON VIEW tide.outbox_retention_status
+	IS 'per outbox: messages, past retention, deletable now by tide.outbox_sweep, and what holds the rest back';
