@@ -737,10 +737,11 @@ catalog_is_current(void)
  * One pass: reads the pipelines in a short transaction, then gives each its
  * turn (see deliver_pipelines); nothing while the catalog is not the
  * library's version. Returns false when pg_tide is no longer installed in
- * this database. Not inlined into the PG_TRY of RelayWorkerMain, where its
- * locals could be clobbered by the longjmp of an ERROR. Sets *has_work when an enabled pipeline
- * exists: only then do publishing commits wake the worker; and *more when a
- * pipeline has more to deliver at once, so the worker does not sleep.
+ * this database. Sets *has_work when an enabled pipeline exists: only then
+ * do publishing commits wake the worker; and *more when a pipeline has more
+ * to deliver at once, so the worker does not sleep. Not inlined into the
+ * PG_TRY of RelayWorkerMain, where its locals could be clobbered by the
+ * longjmp of an ERROR.
  */
 pg_noinline static bool
 worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
