@@ -3,13 +3,15 @@ EXTENSION = pg_tide
 MODULE_big = pg_tide
 OBJS = \
 	src/pg_tide.o \
+	src/names.o \
+	src/spi_plans.o \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
 	src/limits.o \
 	src/outbox_rights.o \
 	src/consumer.o \
-	src/relay_control.o \
+	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
 	relay/pipelines.o \
