@@ -237,7 +237,7 @@ COMMENT ON TABLE tide.relay_pipeline_health
 	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error';
 
 -- Wakes the database's relay worker at commit, so that a changed pipeline
--- or a queued retry is acted on at once (src/relay_control.c).
+-- or a queued retry is acted on at once (relay/backend.c).
 CREATE FUNCTION tide._relay_wake_worker()
 RETURNS void
 AS 'MODULE_PATHNAME', 'tide_relay_wake_worker'
@@ -310,7 +310,7 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_pipeline_health', '');
 -- "_", "-", "." and ":"; p_what names it in the message. Names travel into
 -- HTTP headers (webhook-id), logs and file names: nothing in them needs
 -- quoting or escaping anywhere. The same rules as check_chars() in
--- src/pg_tide.c.
+-- src/names.c.
 CREATE FUNCTION tide._check_chars(p_what text, p_value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -329,7 +329,7 @@ $$;
 
 -- Validates an outbox, consumer-group or pipeline name: not null, 1 to 63
 -- bytes, the characters of tide._check_chars(). The same rules as
--- TideValidateName() in src/pg_tide.c.
+-- TideValidateName() in src/names.c.
 CREATE FUNCTION tide._check_name(p_kind text, p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -439,7 +439,7 @@ END
 $$;
 
 -- Validates a consumer id: the same rules as TideValidateConsumerId() in
--- src/pg_tide.c.
+-- src/names.c.
 CREATE FUNCTION tide._check_consumer(p_consumer text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
