@@ -3,6 +3,8 @@ EXTENSION = pg_tide
 MODULE_big = pg_tide
 OBJS = \
 	src/pg_tide.o \
+	src/names.o \
+	src/spi_plans.o \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
@@ -10,7 +12,7 @@ OBJS = \
 	src/catalog_version.o \
 	src/outbox_rights.o \
 	src/consumer.o \
-	src/relay_control.o \
+	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
 	relay/pipelines.o \

@@ -897,8 +897,6 @@ RelayRoutingEvaluate(const RelayRouting *r, const char *payload_json, const char
 #ifndef RELAY_FILTER_STANDALONE
 /* ---------------------------------------------------- SQL and the worker */
 
-#include "relay.h"
-
 PG_FUNCTION_INFO_V1(tide_relay_routing_check);
 PG_FUNCTION_INFO_V1(tide_relay_filter_matches);
 

@@ -59,4 +59,12 @@ RelayRoutingMatches(const RelayRouting *r, const char *payload_json, const char 
 	return RelayRoutingEvaluate(r, payload_json, headers_json) != 0;
 }
 
+#ifndef RELAY_FILTER_STANDALONE
+/*
+ * Inside PostgreSQL only: compiles like RelayRoutingCompile but raises 22023
+ * for an invalid value; NULL when both are absent.
+ */
+extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
+#endif
+
 #endif							/* TIDE_FILTER_H */

@@ -3,7 +3,7 @@
  *		The relay launcher: one background worker, connected to no database,
  *		that keeps one relay worker running per database where pg_tide is
  *		installed, and the relay's shared memory and settings. What ordinary
- *		backends do to talk to it is in src/relay_control.c.
+ *		backends do to talk to it is in backend.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -23,7 +23,7 @@
  * EXTENSION, or a pause. A pause is how DROP DATABASE, ALTER DATABASE ...
  * RENAME / SET TABLESPACE and CREATE DATABASE ... TEMPLATE get their
  * database to themselves: PostgreSQL does not terminate background workers
- * for those commands, so a ProcessUtility hook (src/relay_control.c) pauses
+ * for those commands, so a ProcessUtility hook (backend.c) pauses
  * the database, terminates its worker, and waits, bounded, until it has
  * gone before it lets the command run.
  */

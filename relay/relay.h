@@ -17,6 +17,8 @@
 #include "storage/pmsignal.h"
 #include "storage/spin.h"
 
+#include "filter.h"
+#include "relay_init.h"
 #include "sink.h"
 
 /* How long a database's worker stays stopped after DROP/ALTER/CREATE DATABASE asked. */
@@ -173,19 +175,12 @@ extern int	SweepIntervalSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
 
-/* launcher.c */
+/* launcher.c; what _PG_init calls is in relay_init.h */
 extern RelayShared *Relay;
-extern void RelayDefineGucs(void);
-extern Size RelayShmemSize(void);
-extern void RelayShmemInit(void *place, bool found);
-extern void RelayRegisterLauncher(void);
 extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
 extern RelayDbRequest *RelayFindRequest(Oid dboid, bool create, TimestampTz now);
 extern void RelayWakeLauncher(void);
 extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
-
-/* src/relay_control.c */
-extern void RelayInstallHooks(void);
 
 /* lease.c */
 extern int	RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt,
@@ -223,14 +218,6 @@ RelayExitIfPostmasterDied(void)
 		proc_exit(1);
 }
 
-/*
- * filter.c: a pipeline's routing ("types" and "filter"), see filter.h.
- * RelayRoutingParse compiles like RelayRoutingCompile but raises 22023 for
- * an invalid value; NULL when both are absent.
- */
-#include "filter.h"
-extern RelayRouting *RelayRoutingParse(const char *types_json, const char *filter_json);
-
 /* session.c */
 extern void RelayPinSessionSettings(void);
 
@@ -246,8 +233,7 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 extern char *RelaySecretsDirectory;
 extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
 
-/* worker.c */
+/* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
-extern bool RelayWorkerShouldStop(void);
 
 #endif							/* TIDE_RELAY_H */

@@ -96,7 +96,7 @@ typedef struct RelayMessageOutcome
  * The outcome of delivering a batch: one entry per message in `each`
  * (allocated by RelaySinkDeliver), the acknowledged prefix, and whether the
  * receiver answered 410 Gone. A sink that waits asks RelayWorkerShouldStop
- * (relay.h) between waits; when it says yes, the sink stops waiting,
+ * (below) between waits; when it says yes, the sink stops waiting,
  * releases what it holds and sets `abandoned`: the worker then records
  * nothing of the batch and leaves (the lease sends it again).
  */
@@ -119,6 +119,12 @@ RelaySetFailure(RelayMessageOutcome *o, RelayOutcome outcome, const char *error_
 	strlcpy(o->error_class, error_class, sizeof(o->error_class));
 	strlcpy(o->error, error, sizeof(o->error));
 }
+
+/*
+ * worker.c: whether the worker must stop (the relay switched off, a pause);
+ * a sink that waits asks it between waits.
+ */
+extern bool RelayWorkerShouldStop(void);
 
 /* sink_file.c */
 extern void RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,

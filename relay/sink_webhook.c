@@ -53,7 +53,6 @@
 #include "utils/json.h"
 
 #include "address.h"
-#include "relay.h"
 #include "signature.h"
 #include "sink.h"
 
@@ -535,10 +534,10 @@ RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nms
 		if (running > 0)
 			curl_multi_poll(multi, NULL, 0, (int) Min(left_ms, WEBHOOK_POLL_SLICE_MS), NULL);
 		CHECK_FOR_INTERRUPTS();
-		/* An orphan of a dead postmaster stops at once (see relay.h). */
+		/* An orphan of a dead postmaster stops at once (as RelayExitIfPostmasterDied, relay.h). */
 		if (!PostmasterIsAlive())
 			proc_exit(1);
-		/* The relay switched off, a pause: the batch is abandoned (relay.h). */
+		/* The relay switched off, a pause: the batch is abandoned (sink.h). */
 		if (RelayWorkerShouldStop())
 		{
 			result->abandoned = true;

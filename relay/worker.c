@@ -840,7 +840,7 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 		/*
 		 * The worker must stop (a reload is taken here: a new naptime counts
 		 * from the next slice), or SQL changed a pipeline or queued retries
-		 * (relay_control.c).
+		 * (backend.c).
 		 */
 		if (RelayWorkerShouldStop() ||
 			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)

@@ -1,9 +1,10 @@
 /*
  * consumer.c
  *		Consumer groups over SQL: tide.poll_outbox() and
- *		tide.wait_for_messages(); tide.commit_offset(), consumer_heartbeat(),
- *		extend_lease() and release_lease(), whose work is SQL in the install
- *		script (tide._commit_offset(), ...).
+ *		tide.wait_for_messages() (and its pg_tide.wait_recheck_ms);
+ *		tide.commit_offset(), consumer_heartbeat(), extend_lease() and
+ *		release_lease(), whose work is SQL in the install script
+ *		(tide._commit_offset(), ...).
  *
  * Every one of them runs as its caller, checks that the caller may consume
  * from the group (src/outbox_rights.c), and then reads and writes as the
@@ -33,6 +34,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -52,6 +54,9 @@ PG_FUNCTION_INFO_V1(tide_release_lease);
 /* tide.wait_for_messages waits at most an hour. */
 #define MAX_WAIT_MS (3600 * 1000)
 
+/* pg_tide.wait_recheck_ms */
+static int	wait_recheck_ms = 1000;
+
 static SPIPlanPtr lock_group_plan = NULL;
 static SPIPlanPtr peek_group_plan = NULL;
 static SPIPlanPtr join_plan = NULL;
@@ -66,6 +71,20 @@ static SPIPlanPtr commit_offset_plan = NULL;
 static SPIPlanPtr heartbeat_plan = NULL;
 static SPIPlanPtr extend_lease_plan = NULL;
 static SPIPlanPtr release_lease_plan = NULL;
+
+/* Defines the settings of this file; called by _PG_init. */
+void
+TideDefineConsumerGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.wait_recheck_ms",
+							"How often tide.wait_for_messages() looks again without a wake-up.",
+							"Commits wake waiters at once; this only bounds how late a waiter "
+							"notices a lease that expired.",
+							&wait_recheck_ms,
+							1000, 10, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
 
 /* The caller's identity while a consumer API function runs as the owner. */
 typedef struct Caller
@@ -582,7 +601,7 @@ tide_wait_for_messages(PG_FUNCTION_ARGS)
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (found || remaining <= 0)
 			break;
-		ConditionVariableTimedSleep(cv, Min(remaining, TideWaitRecheckMs), PG_WAIT_EXTENSION);
+		ConditionVariableTimedSleep(cv, Min(remaining, wait_recheck_ms), PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
 	consume_end(&caller);

@@ -1,6 +1,6 @@
 /*
  * pg_tide.c
- *		Library entry point: preload check, shared memory, shared helpers.
+ *		Library entry point: _PG_init, the preload check and shared memory.
  *
  * pg_tide keeps its publish tracker, wake-up state and relay worker slots in
  * shared memory, and registers the relay launcher (relay/launcher.c), so it
@@ -11,7 +11,6 @@
  */
 #include "postgres.h"
 
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -19,12 +18,11 @@
 #include "utils/guc.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "relay_init.h"
 
 PG_MODULE_MAGIC;
 
 bool		TidePreloaded = false;
-int			TideWaitRecheckMs = 1000;
 
 static bool shared_ready = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -77,14 +75,7 @@ _PG_init(void)
 
 	TidePreloaded = true;
 
-	DefineCustomIntVariable("pg_tide.wait_recheck_ms",
-							"How often tide.wait_for_messages() looks again without a wake-up.",
-							"Commits wake waiters at once; this only bounds how late a waiter "
-							"notices a lease that expired.",
-							&TideWaitRecheckMs,
-							1000, 10, 3600 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+	TideDefineConsumerGucs();
 	TideDefineLimitGucs();
 	RelayDefineGucs();
 	MarkGUCPrefixReserved("pg_tide");
@@ -108,111 +99,4 @@ TideRequirePreload(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_tide must be loaded via \"shared_preload_libraries\""),
 				 errhint("Add pg_tide to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
-/*
- * Refuses a name or id with a character other than ASCII letters, digits,
- * "_", "-", "." and ":"; `what` names it in the message. Names travel into
- * HTTP headers (webhook-id), logs and file names: nothing in them needs
- * quoting or escaping anywhere. The same rules as tide._check_chars().
- */
-static void
-check_chars(const char *what, const char *value)
-{
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-	{
-		unsigned char c = *p;
-
-		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			c == '_' || c == '-' || c == '.' || c == ':')
-			continue;
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 c > ' ' && c < 0x7F ?
-				 errmsg("%s must not contain \"%c\"", what, c) :
-				 errmsg("%s must not contain white space, control or non-ASCII characters", what),
-				 errhint("Names and ids consist of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".")));
-	}
-}
-
-/*
- * Checks an outbox or consumer group name; the same rules and messages as
- * tide._check_name() in the install script.
- */
-void
-TideValidateName(const char *kind, const char *name)
-{
-	if (name == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s name must not be null", kind),
-				 errhint("Give the %s a name of 1 to 63 bytes.", kind)));
-	if (name[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s name must not be empty", kind),
-				 errhint("Give the %s a name of 1 to 63 bytes.", kind)));
-	if (strlen(name) > TIDE_MAX_NAME_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s name \"%s\" is too long", kind, name),
-				 errhint("Names have at most 63 bytes; this one has %zu.",
-						 strlen(name))));
-	check_chars(psprintf("%s name", kind), name);
-}
-
-/*
- * Checks a consumer id; the same rules and messages as
- * tide._check_consumer() in the install script.
- */
-void
-TideValidateConsumerId(const char *id)
-{
-	if (id == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("consumer id must not be null"),
-				 errhint("Each consumer of a group identifies itself with a stable, non-empty id.")));
-	if (id[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("consumer id must not be empty"),
-				 errhint("Each consumer of a group identifies itself with a stable, non-empty id.")));
-	if (strlen(id) > TIDE_MAX_ID_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("consumer id is too long"),
-				 errhint("Consumer ids have at most %d bytes; this one has %zu.",
-						 TIDE_MAX_ID_BYTES, strlen(id))));
-	check_chars("consumer id", id);
-}
-
-/*
- * Returns a saved SPI plan, preparing it on first use in this backend.
- * Saved plans are re-analysed by the plan cache when the objects they use
- * change, so they survive DROP and CREATE EXTENSION.
- */
-SPIPlanPtr
-TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
-{
-	if (*cache == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "could not prepare \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		*cache = plan;
-	}
-	return *cache;
-}
-
-/* Column `col` (1-based) of the first SPI result row as int64; NULL as -1 with *isnull set. */
-int64
-TideSpiInt64(int col, bool *isnull)
-{
-	Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
-
-	return *isnull ? -1 : DatumGetInt64(value);
 }

@@ -1,6 +1,7 @@
 /*
  * pg_tide.h
- *		Declarations shared by the code that runs in callers' transactions.
+ *		Declarations of src/, the code that runs in callers' transactions;
+ *		the relay (relay/) uses them too. Nothing here needs relay/.
  */
 #ifndef PG_TIDE_H
 #define PG_TIDE_H
@@ -20,10 +21,13 @@
 
 /* pg_tide.c: loading and shared memory */
 extern bool TidePreloaded;
-extern int	TideWaitRecheckMs;
 extern void TideRequirePreload(void);
+
+/* names.c: what outbox and group names and consumer ids may be */
 extern void TideValidateName(const char *kind, const char *name);
 extern void TideValidateConsumerId(const char *id);
+
+/* spi_plans.c: saved SPI plans and their results */
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
 extern int64 TideSpiInt64(int col, bool *isnull);
 
@@ -55,7 +59,8 @@ extern void TrackerRegisterXactCallback(void);
 extern int64 TrackerSafeHorizon(void);
 extern int64 TrackerSequenceLastValue(void);
 
-/* consumer.c: consumer groups */
+/* consumer.c: consumer groups, pg_tide.wait_recheck_ms */
+extern void TideDefineConsumerGucs(void);
 extern bool TideGroupHasMessages(const char *group);
 
 /* wake.c: wake on commit */

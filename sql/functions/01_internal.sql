@@ -37,7 +37,7 @@ GRANT EXECUTE ON FUNCTION tide._oldest_open_publish_age() TO tide_admin;
 -- "_", "-", "." and ":"; p_what names it in the message. Names travel into
 -- HTTP headers (webhook-id), logs and file names: nothing in them needs
 -- quoting or escaping anywhere. The same rules as check_chars() in
--- src/pg_tide.c.
+-- src/names.c.
 CREATE OR REPLACE FUNCTION tide._check_chars(p_what text, p_value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -59,7 +59,7 @@ GRANT EXECUTE ON FUNCTION tide._check_chars(text,text) TO tide_admin, tide_consu
 
 -- Validates an outbox, consumer-group or pipeline name: not null, 1 to 63
 -- bytes, the characters of tide._check_chars(). The same rules as
--- TideValidateName() in src/pg_tide.c.
+-- TideValidateName() in src/names.c.
 CREATE OR REPLACE FUNCTION tide._check_name(p_kind text, p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -187,7 +187,7 @@ REVOKE ALL ON FUNCTION tide._lock_group(text) FROM PUBLIC, tide_admin, tide_publ
 GRANT EXECUTE ON FUNCTION tide._lock_group(text) TO tide_admin;
 
 -- Validates a consumer id: the same rules as TideValidateConsumerId() in
--- src/pg_tide.c.
+-- src/names.c.
 CREATE OR REPLACE FUNCTION tide._check_consumer(p_consumer text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

@@ -4,7 +4,7 @@
 -- ---------------------------------------------------------------------------
 
 -- Wakes the database's relay worker at commit, so that a changed pipeline
--- or a queued retry is acted on at once (src/relay_control.c).
+-- or a queued retry is acted on at once (relay/backend.c).
 CREATE OR REPLACE FUNCTION tide._relay_wake_worker()
 RETURNS void
 AS 'MODULE_PATHNAME', 'tide_relay_wake_worker'

@@ -1,9 +1,10 @@
 /*
- * relay_control.c
- *		What ordinary backends do to talk to the relay (relay/): ask the
- *		launcher to look at a database again after CREATE EXTENSION, get a
- *		database to themselves for DROP DATABASE and the like, and list the
- *		running relay workers.
+ * backend.c
+ *		The relay's backend side, what ordinary backends do to talk to the
+ *		relay: ask the launcher to look at a database again after CREATE
+ *		EXTENSION, wake a database's worker at the commit of a pipeline
+ *		change, get a database to themselves for DROP DATABASE and the like,
+ *		and list the running relay workers.
  *
  * PostgreSQL does not terminate background workers for DROP DATABASE,
  * ALTER DATABASE ... RENAME / SET TABLESPACE or CREATE DATABASE ...

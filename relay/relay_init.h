@@ -1,0 +1,22 @@
+/*
+ * relay_init.h
+ *		What the library's entry point (_PG_init, src/pg_tide.c) calls to set
+ *		up the relay: its settings, its shared memory, its ProcessUtility
+ *		hook and its launcher. The only header of relay/ that src/ includes;
+ *		it needs nothing of either directory.
+ */
+#ifndef TIDE_RELAY_INIT_H
+#define TIDE_RELAY_INIT_H
+
+#include "postgres.h"
+
+/* launcher.c */
+extern void RelayDefineGucs(void);
+extern Size RelayShmemSize(void);
+extern void RelayShmemInit(void *place, bool found);
+extern void RelayRegisterLauncher(void);
+
+/* backend.c */
+extern void RelayInstallHooks(void);
+
+#endif							/* TIDE_RELAY_INIT_H */
