@@ -5,14 +5,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
 
+my $current = (slurp_file("$FindBin::Bin/../../pg_tide.control") =~ /^default_version = '([^']+)'/m)[0];
 my $node = PostgreSQL::Test::Cluster->new('no_preload');
 $node->init;
 $node->start;
 
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
 is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'pg_tide'"),
-	'0.1.0', 'extension created without preloading');
+	$current, 'extension created without preloading');
 
 # Configuration functions need no shared memory.
 $node->safe_psql('postgres', "SELECT tide.outbox_create('orders')");
