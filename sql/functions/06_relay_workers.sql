@@ -1,6 +1,6 @@
 -- ---------------------------------------------------------------------------
 -- Relay workers (relay/launcher.c). The launcher runs one relay worker per
--- database where pg_tide is installed; delivery to sinks comes later.
+-- database where pg_tide is installed; the workers deliver to the sinks.
 -- ---------------------------------------------------------------------------
 
 -- Asks the launcher, at commit, to look at this database again, so the new

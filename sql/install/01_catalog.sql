@@ -123,7 +123,9 @@ COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery o
 
 -- A message whose delivery failed by its own answer waits here for its next
 -- attempt (relay/worker.c), with a copy of the message, so the pipeline's
--- offset can move past it. pipeline_id is the pipeline's name.
+-- offset can move past it; an operator's redelivery (relay_dlq_retry,
+-- relay_retry_message, relay_replay) puts messages here too, marked
+-- manual. pipeline_id is the pipeline's name.
 CREATE TABLE tide.relay_retry_queue (
 	pipeline_id			text NOT NULL,
 	outbox_name			text NOT NULL,
@@ -206,7 +208,8 @@ COMMENT ON TABLE tide.relay_attempts
 
 -- A pipeline's health as its relay worker last recorded it, in the
 -- transaction that records each batch: failures in a row since the last
--- success, when each last happened, the last error.
+-- success, when each last happened, the last error, the circuit breaker's
+-- state and how many messages its routing passed over.
 CREATE TABLE tide.relay_pipeline_health (
 	pipeline_id				text PRIMARY KEY,
 	consecutive_failures	int NOT NULL DEFAULT 0,
