@@ -698,8 +698,13 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
  * installed in this database. Sets *has_work when an enabled pipeline
  * exists: only then do publishing commits wake the worker; and *more when a
  * pipeline has more to deliver at once, so the worker does not sleep.
+ *
+ * Never inlined: RelayWorkerMain calls it inside PG_TRY, and inlined there
+ * its locals would share the frame of the setjmp (gcc 16 warns that
+ * `installed` might be clobbered by longjmp, -Wclobbered). In a frame of
+ * its own nothing of it is live when an ERROR jumps back.
  */
-static bool
+static pg_noinline bool
 worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 {
 	bool		installed;
