@@ -20,10 +20,17 @@ log() { printf '\n== %s\n' "$*"; }
 # Debian packages the build and the tests need (libmicrohttpd-dev for
 # test/receiver, the webhook receiver of the TAP tests and the demo;
 # libpg-query-dev for test/sql_names, which checks the C code's SQL).
+# test/run-in-chroot.sh installs the same ones into its chroots.
+tide_packages() {
+	echo build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR \
+		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl \
+		libmicrohttpd-dev libpg-query-dev
+}
+
+# Installs those of tide_packages that are missing.
 tide_install_packages() {
-	local pkgs=(build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
-		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl
-		libmicrohttpd-dev libpg-query-dev)
+	local pkgs
+	read -r -a pkgs <<<"$(tide_packages)"
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,7 +17,7 @@ chown -R postgres: "$work"
 log "running pg_regress, isolation and TAP tests"
 status=0
 runuser -u postgres -- env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
-	make -C "$work" -s PG_CONFIG="$PG_CONFIG" installcheck || status=$?
+	make -C "$work" -s PG_CONFIG="$PG_CONFIG" ${PROVE_FLAGS:+PROVE_FLAGS="$PROVE_FLAGS"} installcheck || status=$?
 
 if [ "$status" -ne 0 ]; then
 	for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
