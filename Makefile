@@ -22,7 +22,7 @@ OBJS = \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
-	relay/clean_text.o
+	relay/clean_text.o relay/ownership.o relay/worker_settings.o relay/database_state.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source

@@ -402,8 +402,9 @@ done:
 }
 
 /*
- * The database's enabled pipelines that the relay can deliver, copied into
- * cxt; *any_enabled tells whether any pipeline is enabled at all. The
+ * The database's enabled pipelines that the relay can deliver and this
+ * worker serves (ownership.c), copied into cxt; *any_enabled tells whether
+ * any pipeline is enabled at all. The
  * table's lock is taken conditionally, so a DROP EXTENSION in progress is
  * passed over, not waited for (and cannot wait for us).
  */
@@ -430,12 +431,18 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 		*any_enabled = nrows > 0;
 		for (uint64 i = 0; i < nrows; i++)
 		{
-			MemoryContext old = MemoryContextSwitchTo(cxt);
-			RelayPipeline *p = read_pipeline(SPI_getvalue(rows->vals[i], rows->tupdesc, 1),
-											 SPI_getvalue(rows->vals[i], rows->tupdesc, 2),
-											 SPI_getvalue(rows->vals[i], rows->tupdesc, 3),
-											 spi_cxt);
+			char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 1);
+			MemoryContext old;
+			RelayPipeline *p;
 
+			/* Another of the database's workers serves it (ownership.c). */
+			if (!RelayServesPipeline(name))
+				continue;
+			old = MemoryContextSwitchTo(cxt);
+			p = read_pipeline(name,
+							  SPI_getvalue(rows->vals[i], rows->tupdesc, 2),
+							  SPI_getvalue(rows->vals[i], rows->tupdesc, 3),
+							  spi_cxt);
 			if (p)
 				pipelines = lappend(pipelines, p);
 			MemoryContextSwitchTo(old);

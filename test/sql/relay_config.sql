@@ -279,3 +279,7 @@ SELECT tide.outbox_drop('rc_payments');
 SELECT current_setting('pg_tide.relay_enabled') AS relay_enabled;
 SELECT count(*) AS workers FROM tide.relay_workers();
 SELECT pg_get_function_arguments('tide.relay_workers()'::regprocedure) AS columns;
+
+-- tide._relay_database_state(): with the relay off, this database is not
+-- served, and says why.
+SELECT state, workers, wanted, detail FROM tide._relay_database_state();
