@@ -46,13 +46,19 @@
 /* A reload was taken since the database and role settings were last applied. */
 static bool database_settings_stale = false;
 
-/* Takes a pending reload of the configuration files, and notes it for the pass. */
+/*
+ * Takes a pending reload of the configuration files and notes it for the
+ * pass; wakes the relay workers, so that the pass comes now, not after a
+ * long naptime, and a changed relay_workers_per_database moves pipelines
+ * at once (ownership.c).
+ */
 void
 RelayReloadConfig(void)
 {
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	database_settings_stale = true;
+	pg_atomic_fetch_add_u64(&Relay->wake_requests, 1);
 }
 
 /* Whether a value's source is a database or role setting (pg_db_role_setting). */
