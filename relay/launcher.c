@@ -3,8 +3,8 @@
  *		The relay launcher: one background worker, connected to no database,
  *		that keeps pg_tide.relay_workers_per_database relay workers running
  *		per database where pg_tide is installed, and the relay's shared
- *		memory and settings. What ordinary
- *		backends do to talk to it is in backend.c.
+ *		memory and settings. What ordinary backends do to talk to it is in
+ *		backend.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -378,11 +378,11 @@ launcher_reap(TimestampTz now)
 				db->has_extension = false;
 			}
 		}
-		else if (serving)
-			launcher_db(dboid)->has_extension = true;
 		else if (reason == RELAY_EXIT_ERROR)
 			launcher_db(dboid)->backoff_until =
 				TimestampTzPlusMilliseconds(now, RELAY_ERROR_BACKOFF_MS);
+		if (serving && reason != RELAY_EXIT_NO_EXTENSION)
+			launcher_db(dboid)->has_extension = true;
 
 		SpinLockAcquire(&Relay->mutex);
 		slot->in_use = false;

@@ -60,8 +60,8 @@ static int	view_nworkers = 0;
 static int	view_position = -1; /* this worker's rank among them; -1: none */
 
 /* The 32-bit FNV-1a hash of a pipeline's name: stable across restarts and platforms. */
-uint32
-RelayPipelineHash(const char *name)
+static uint32
+pipeline_hash(const char *name)
 {
 	uint32		h = 2166136261u;
 
@@ -167,7 +167,7 @@ find_held(const char *name)
 bool
 RelayServesPipeline(const char *name)
 {
-	uint32		hash = RelayPipelineHash(name);
+	uint32		hash = pipeline_hash(name);
 	HeldPipeline *h;
 	LOCKTAG		tag;
 

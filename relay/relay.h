@@ -242,7 +242,6 @@ extern void RelayReloadConfig(void);
 extern void RelayApplyDatabaseSettings(void);
 
 /* ownership.c */
-extern uint32 RelayPipelineHash(const char *name);
 extern bool RelayServesPipeline(const char *name);
 extern void RelayReleaseUnservedPipelines(void);
 extern bool RelayWorkerRetired(void);

@@ -4,7 +4,8 @@
 # there says no_worker_slot; when the other database drops pg_tide, the
 # waiting one gets the worker, the launcher logs that, and it delivers. With
 # relay_workers_per_database = 2, a database's second worker makes room for
-# a database that has none.
+# a database that has none. A worker that stops on an error waits out its
+# back-off.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -81,5 +82,24 @@ is(wait_for_state('postgres', 'served'), 'served', 'postgres is served too');
 is(sql('postgres', "SELECT string_agg(database || ':' || worker_index, ' ' ORDER BY database)
 					  FROM tide.relay_workers()"), 'app:0 postgres:0',
 	'app gave up its second worker: one each');
+
+# A worker that stops on an error is started again only after its 10 s
+# back-off, also in a database the launcher knows has pg_tide: here its
+# reading of the pipelines fails (recording that a pipeline's secret cannot
+# be read fails in a trigger).
+sql('app', "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS
+	  \$\$BEGIN RAISE EXCEPTION 'refused by test'; END\$\$;
+	CREATE TRIGGER refuse BEFORE INSERT ON tide.relay_pipeline_health
+	  FOR EACH ROW EXECUTE FUNCTION public.refuse()");
+my $errors = qr/LOG:  pg_tide relay worker for database \d+ stops after an error/;
+my $before = log_count($errors);
+sql('app', "SELECT tide.relay_set_outbox('no_secret', 'orders', 'no_secret', jsonb_build_object(
+	  'sink_type', 'webhook', 'url', 'http://127.0.0.1:1/x', 'allow_http', true, 'allow_private_network', true,
+	  'signing_secret', jsonb_build_object('env', 'PG_TIDE_TEST_UNSET')))");
+ok(wait_until(sub { log_count($errors) > $before }, 10), 'the worker of app stops on the error');
+sleep(7);
+is(log_count($errors), $before + 1, 'and is not started again within its back-off');
+sql('app', 'DROP TRIGGER refuse ON tide.relay_pipeline_health');
+is(wait_for_state('app', 'served'), 'served', 'once the error is gone, app is served again');
 
 done_testing();
