@@ -21,6 +21,7 @@
 #include "utils/numeric.h"
 
 #include "config_value.h"
+#include "filter.h"
 
 /* An item cJSON made, or an ERROR when it ran out of memory. */
 static cJSON *
@@ -163,17 +164,9 @@ RelayConfigTypeName(const cJSON *v)
 {
 	if (v == NULL)
 		return "missing";
-	if (cJSON_IsObject(v))
-		return "object";
-	if (cJSON_IsArray(v))
-		return "array";
-	if (cJSON_IsString(v))
-		return "string";
-	if (cJSON_IsRaw(v) || cJSON_IsNumber(v))
+	if (cJSON_IsRaw(v))
 		return "number";
-	if (cJSON_IsBool(v))
-		return "boolean";
-	return "null";
+	return RelayJsonTypeName(v);
 }
 
 void

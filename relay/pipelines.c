@@ -447,18 +447,29 @@ typedef struct ValidatedRow
 	char	   *error;			/* why it is invalid, when config is NULL */
 } ValidatedRow;
 
-/* The rows of the last pass, in validated_cxt. */
+/*
+ * The rows of the last pass, in validated_cxt; the next pass's are built in
+ * next_validated_cxt, which an ERROR during a pass leaves to the next one
+ * to delete.
+ */
 static MemoryContext validated_cxt = NULL;
+static MemoryContext next_validated_cxt = NULL;
 static ValidatedRow *validated = NULL;
-static int	nvalidated = 0;
+static uint64 nvalidated = 0;
 
-/* The result kept for a row whose config is unchanged, or NULL. */
+/*
+ * The result kept for row i of this pass if its config is unchanged, or
+ * NULL; the rows come in the same order every pass, so row i of the last
+ * pass is tried first.
+ */
 static ValidatedRow *
-validated_before(const char *name, const char *md5)
+validated_before(uint64 i, const char *name, const char *md5)
 {
-	for (int i = 0; i < nvalidated; i++)
-		if (strcmp(validated[i].name, name) == 0 && strcmp(validated[i].md5, md5) == 0)
-			return &validated[i];
+	if (i < nvalidated && strcmp(validated[i].name, name) == 0)
+		return strcmp(validated[i].md5, md5) == 0 ? &validated[i] : NULL;
+	for (uint64 j = 0; j < nvalidated; j++)
+		if (strcmp(validated[j].name, name) == 0 && strcmp(validated[j].md5, md5) == 0)
+			return &validated[j];
 	return NULL;
 }
 
@@ -532,9 +543,14 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 		SPITupleTable *rows = SPI_tuptable;
 		uint64		nrows = SPI_processed;
 		MemoryContext spi_cxt = CurrentMemoryContext;
-		MemoryContext next_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide validated pipelines",
-													   ALLOCSET_SMALL_SIZES);
-		ValidatedRow *next = MemoryContextAllocZero(next_cxt, sizeof(ValidatedRow) * Max(nrows, 1));
+		MemoryContext next_cxt;
+		ValidatedRow *next;
+
+		if (next_validated_cxt != NULL)
+			MemoryContextDelete(next_validated_cxt);
+		next_cxt = next_validated_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide validated pipelines",
+															  ALLOCSET_SMALL_SIZES);
+		next = MemoryContextAllocZero(next_cxt, sizeof(ValidatedRow) * Max(nrows, 1));
 
 		*any_enabled = nrows > 0;
 		for (uint64 i = 0; i < nrows; i++)
@@ -544,7 +560,7 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 			char	   *md5 = SPI_getvalue(tuple, rows->tupdesc, 3);
 			bool		isnull;
 			bool		error_recorded = DatumGetBool(SPI_getbinval(tuple, rows->tupdesc, 4, &isnull)) && !isnull;
-			ValidatedRow *before = validated_before(name, md5);
+			ValidatedRow *before = validated_before(i, name, md5);
 			ValidatedRow row = {0};
 			MemoryContext old;
 
@@ -579,8 +595,9 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 		if (validated_cxt != NULL)
 			MemoryContextDelete(validated_cxt);
 		validated_cxt = next_cxt;
+		next_validated_cxt = NULL;
 		validated = next;
-		nvalidated = (int) nrows;
+		nvalidated = nrows;
 	}
 	SPI_finish();
 	return pipelines;
