@@ -113,6 +113,23 @@ member_text(Jsonb *config, const char *key)
 }
 
 /*
+ * The member `key` of config, checked to be an object with none but the
+ * NULL-terminated keys; NULL when absent.
+ */
+static const cJSON *
+sub_object(const cJSON *config, const char *key, const char *const *keys, const char *hint)
+{
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(config, key);
+
+	if (o != NULL)
+	{
+		RelayConfigCheckType(key, o, "object", hint);
+		RelayConfigCheckKeys(o, keys, NULL, psprintf("%s.", key));
+	}
+	return o;
+}
+
+/*
  * "alerts": failure_threshold (failed attempts in a row that count as
  * 100 %) and auto_disable (disable the pipeline when they reach it).
  */
@@ -120,14 +137,10 @@ static void
 alerts_config(const cJSON *config, cJSON *out)
 {
 	static const char *const keys[] = {"failure_threshold", "auto_disable", NULL};
-	const cJSON *a = cJSON_GetObjectItemCaseSensitive(config, "alerts");
-	cJSON	   *o;
+	const cJSON *a = sub_object(config, "alerts", keys,
+								"Give \"alerts\" as an object with failure_threshold and auto_disable.");
+	cJSON	   *o = RelayConfigAddObject(out, "alerts");
 
-	if (a != NULL)
-		RelayConfigCheckType("alerts", a, "object",
-							 "Give \"alerts\" as an object with failure_threshold and auto_disable.");
-	RelayConfigCheckKeys(a, keys, NULL, "alerts.");
-	o = RelayConfigAddObject(out, "alerts");
 	RelayConfigAddInt(o, "failure_threshold",
 					  RelayConfigInt(a, "failure_threshold", "alerts.failure_threshold", 1, 1000000, 100));
 	RelayConfigAddBool(o, "auto_disable", RelayConfigBool(a, "auto_disable", false));
@@ -138,14 +151,11 @@ static void
 retry_config(const cJSON *config, cJSON *out)
 {
 	static const char *const keys[] = {"base_ms", "cap_ms", "max_attempts", NULL};
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(config, "retry");
+	const cJSON *r = sub_object(config, "retry", keys,
+								"Give \"retry\" as an object with base_ms, cap_ms and max_attempts.");
 	cJSON	   *o;
 	int			base_ms;
 
-	if (r != NULL)
-		RelayConfigCheckType("retry", r, "object",
-							 "Give \"retry\" as an object with base_ms, cap_ms and max_attempts.");
-	RelayConfigCheckKeys(r, keys, NULL, "retry.");
 	base_ms = RelayConfigInt(r, "base_ms", "retry.base_ms", 10, 600000, 500);
 	o = RelayConfigAddObject(out, "retry");
 	RelayConfigAddInt(o, "base_ms", base_ms);
@@ -166,8 +176,9 @@ pacing_config(const cJSON *config, cJSON *out)
 {
 	static const char *const rate_keys[] = {"per_second", "burst", NULL};
 	static const char *const breaker_keys[] = {"failure_threshold", "cooldown_ms", NULL};
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(config, "rate_limit");
-	const cJSON *b = cJSON_GetObjectItemCaseSensitive(config, "breaker");
+	const cJSON *r = sub_object(config, "rate_limit", rate_keys,
+								"Give \"rate_limit\" as an object with per_second and burst.");
+	const cJSON *b;
 
 	if (r != NULL)
 	{
@@ -177,9 +188,6 @@ pacing_config(const cJSON *config, cJSON *out)
 		Datum		n;
 		cJSON	   *o;
 
-		RelayConfigCheckType("rate_limit", r, "object",
-							 "Give \"rate_limit\" as an object with per_second and burst.");
-		RelayConfigCheckKeys(r, rate_keys, NULL, "rate_limit.");
 		ps = cJSON_GetObjectItemCaseSensitive(r, "per_second");
 		if (ps == NULL)
 			RelayConfigError("Give \"rate_limit.per_second\", the messages a second the pipeline may "
@@ -210,14 +218,12 @@ pacing_config(const cJSON *config, cJSON *out)
 										 DatumGetInt32(DirectFunctionCall1(numeric_int4,
 																		   DirectFunctionCall1(numeric_ceil, n)))));
 	}
+	b = sub_object(config, "breaker", breaker_keys,
+				   "Give \"breaker\" as an object with failure_threshold and cooldown_ms.");
 	if (b != NULL)
 	{
-		cJSON	   *o;
+		cJSON	   *o = RelayConfigAddObject(out, "breaker");
 
-		RelayConfigCheckType("breaker", b, "object",
-							 "Give \"breaker\" as an object with failure_threshold and cooldown_ms.");
-		RelayConfigCheckKeys(b, breaker_keys, NULL, "breaker.");
-		o = RelayConfigAddObject(out, "breaker");
 		RelayConfigAddInt(o, "failure_threshold",
 						  RelayConfigInt(b, "failure_threshold", "breaker.failure_threshold", 1, 1000000, 20));
 		RelayConfigAddInt(o, "cooldown_ms",
