@@ -6,12 +6,12 @@
  *
  * One set of rules serves two callers. The webhook sink asks, from a curl
  * callback, about the address it is about to connect to once DNS has
- * answered (it must neither raise an ERROR nor palloc there, and these
- * functions do neither). tide.relay_set_outbox asks, through
- * tide._relay_url_host_class(), about a URL whose host is written as an
- * address, so that such a pipeline is refused when it is set rather than
- * failing at every delivery. A host given as a name is only known at
- * delivery, and only the worker's check applies to it.
+ * answered (RelayAddressRefused must neither raise an ERROR nor palloc
+ * there, and does neither). The webhook sink's config validator
+ * (relay/sinks/webhook_config.c) asks RelayUrlHostClass about a URL whose
+ * host is written as an address, so that such a pipeline is refused when
+ * it is set rather than failing at every delivery. A host given as a name
+ * is only known at delivery, and only the worker's check applies to it.
  */
 #include "postgres.h"
 
@@ -67,18 +67,16 @@ RelayAddressRefused(const struct sockaddr *sa)
 }
 
 /*
- * tide._relay_url_host_class(p_host text): what the host part of a URL is,
- * for the SSRF check: 'name' (a DNS name, checked at delivery), 'public'
- * or 'private' (an address, refused unless allow_private_network), or
- * 'invalid' (in brackets, but no IPv6 address). IPv4 is read the way
- * inet_aton() and so the resolver and curl read it: "2130706433",
- * "0x7f.1" and "0177.0.0.1" are all 127.0.0.1. One trailing dot is
- * ignored, as the resolver ignores it.
+ * What the host part of a URL is, for the SSRF check: a DNS name (checked
+ * at delivery), a public or a refused address, or invalid (in brackets,
+ * but no IPv6 address). IPv4 is read the way inet_aton() and so the
+ * resolver and curl read it: "2130706433", "0x7f.1" and "0177.0.0.1" are
+ * all 127.0.0.1. One trailing dot is ignored, as the resolver ignores it.
  */
-Datum
-tide_relay_url_host_class(PG_FUNCTION_ARGS)
+RelayHostClass
+RelayUrlHostClass(const char *url_host)
 {
-	char	   *host = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *host = pstrdup(url_host);
 	size_t		len = strlen(host);
 	struct in_addr a4;
 	struct in6_addr a6;
@@ -87,12 +85,26 @@ tide_relay_url_host_class(PG_FUNCTION_ARGS)
 	{
 		host[len - 1] = '\0';
 		if (inet_pton(AF_INET6, host + 1, &a6) != 1)
-			PG_RETURN_TEXT_P(cstring_to_text("invalid"));
-		PG_RETURN_TEXT_P(cstring_to_text(ipv6_refused(&a6) ? "private" : "public"));
+			return RELAY_HOST_INVALID;
+		return ipv6_refused(&a6) ? RELAY_HOST_PRIVATE : RELAY_HOST_PUBLIC;
 	}
 	if (len > 1 && host[len - 1] == '.')
 		host[len - 1] = '\0';
 	if (inet_aton(host, &a4) != 0)
-		PG_RETURN_TEXT_P(cstring_to_text(ipv4_refused(ntohl(a4.s_addr)) ? "private" : "public"));
-	PG_RETURN_TEXT_P(cstring_to_text("name"));
+		return ipv4_refused(ntohl(a4.s_addr)) ? RELAY_HOST_PRIVATE : RELAY_HOST_PUBLIC;
+	return RELAY_HOST_NAME;
+}
+
+/*
+ * tide._relay_url_host_class(p_host text): RelayUrlHostClass as 'name',
+ * 'public', 'private' or 'invalid'. Declared by the 0.1.0 install script
+ * (its URL check in PL/pgSQL called it), so the symbol stays while that
+ * script is on the upgrade path; 0.2.0 validates in C and drops it.
+ */
+Datum
+tide_relay_url_host_class(PG_FUNCTION_ARGS)
+{
+	static const char *const names[] = {"name", "public", "private", "invalid"};
+
+	PG_RETURN_TEXT_P(cstring_to_text(names[RelayUrlHostClass(text_to_cstring(PG_GETARG_TEXT_PP(0)))]));
 }

@@ -226,8 +226,8 @@ out_of_memory(Compiler *c)
 }
 
 /* The JSON type of a value as jsonb_typeof names it. */
-static const char *
-json_type(const cJSON *v)
+const char *
+RelayJsonTypeName(const cJSON *v)
 {
 	if (cJSON_IsObject(v))
 		return "object";
@@ -392,7 +392,7 @@ compile_operator(Compiler *c, const char *field, const cJSON *opv, const char *w
 			{
 				snprintf(hint, sizeof(hint), "Give \"%s\" an array of values, such as [\"EUR\", \"USD\"].", name);
 				return fail(c, hint, "operator \"%s\" in \"%s\" needs an array, not %s",
-							name, where, json_type(opv));
+							name, where, RelayJsonTypeName(opv));
 			}
 			break;
 		case OP_GT:
@@ -403,14 +403,14 @@ compile_operator(Compiler *c, const char *field, const cJSON *opv, const char *w
 			{
 				snprintf(hint, sizeof(hint), "Give \"%s\" a number or a string; it matches values of the same type only.", name);
 				return fail(c, hint, "operator \"%s\" in \"%s\" needs a number or a string, not %s",
-							name, where, json_type(opv));
+							name, where, RelayJsonTypeName(opv));
 			}
 			break;
 		case OP_EXISTS:
 			if (!cJSON_IsBool(opv))
 				return fail(c, "Give \"$exists\" true (the field is present, whatever its value) or false.",
 							"operator \"$exists\" in \"%s\" needs true or false, not %s",
-							where, json_type(opv));
+							where, RelayJsonTypeName(opv));
 			break;
 		case OP_STARTS:
 		case OP_ENDS:
@@ -418,7 +418,7 @@ compile_operator(Compiler *c, const char *field, const cJSON *opv, const char *w
 			{
 				snprintf(hint, sizeof(hint), "Give \"%s\" a string; it matches string values only.", name);
 				return fail(c, hint, "operator \"%s\" in \"%s\" needs a string, not %s",
-							name, where, json_type(opv));
+							name, where, RelayJsonTypeName(opv));
 			}
 			break;
 		default:
@@ -496,7 +496,7 @@ compile_filter(Compiler *c, const cJSON *f, const char *where, int depth, FNode 
 					"config key \"filter\" is nested too deeply at \"%s\"", where);
 	if (!cJSON_IsObject(f))
 		return fail(c, FILTER_HINT, depth == 0 ? "config key \"%s\" must be an object, not %s"
-					: "\"%s\" must be a filter object, not %s", where, json_type(f));
+					: "\"%s\" must be a filter object, not %s", where, RelayJsonTypeName(f));
 	if ((node = new_node(c, FN_AND, cJSON_GetArraySize(f))) == NULL)
 		return out_of_memory(c);
 	i = 0;
@@ -515,7 +515,7 @@ compile_filter(Compiler *c, const cJSON *f, const char *where, int depth, FNode 
 
 				snprintf(hint, sizeof(hint), "Give \"%s\" a non-empty array of filters, such as [{\"currency\": \"EUR\"}, {\"amount\": {\"$gt\": 100}}].", key);
 				return fail(c, hint, "operator \"%s\" in \"%s\" needs a non-empty array of filters, not %s",
-							key, where, cJSON_IsArray(e) ? "an empty array" : json_type(e));
+							key, where, cJSON_IsArray(e) ? "an empty array" : RelayJsonTypeName(e));
 			}
 			if ((logic = new_node(c, key[1] == 'a' ? FN_AND : FN_OR, cJSON_GetArraySize(e))) == NULL)
 				return out_of_memory(c);
@@ -540,7 +540,7 @@ compile_filter(Compiler *c, const cJSON *f, const char *where, int depth, FNode 
 			if (!cJSON_IsObject(e))
 				return fail(c, "Give \"$not\" a filter object, such as {\"status\": \"test\"}.",
 							"operator \"$not\" in \"%s\" needs a filter object, not %s",
-							where, json_type(e));
+							where, RelayJsonTypeName(e));
 			if (!compile_filter(c, e, sub, depth + 1, &not->kids[0]))
 				return false;
 			node->kids[i] = not;
@@ -571,7 +571,7 @@ compile_types(Compiler *c, const cJSON *t)
 	int			i = 0;
 
 	if (!cJSON_IsArray(t))
-		return fail(c, TYPES_HINT, "config key \"types\" must be an array, not %s", json_type(t));
+		return fail(c, TYPES_HINT, "config key \"types\" must be an array, not %s", RelayJsonTypeName(t));
 	if (cJSON_GetArraySize(t) == 0)
 		return fail(c, TYPES_HINT, "config key \"types\" must not be an empty array");
 	c->r->ntypes = cJSON_GetArraySize(t);
@@ -585,7 +585,7 @@ compile_types(Compiler *c, const cJSON *t)
 		const char *star;
 
 		if (!cJSON_IsString(e))
-			return fail(c, TYPES_HINT, "config key \"types\" must hold strings, not %s", json_type(e));
+			return fail(c, TYPES_HINT, "config key \"types\" must hold strings, not %s", RelayJsonTypeName(e));
 		s = e->valuestring;
 		len = strlen(s);
 		if (len == 0)

@@ -21,6 +21,7 @@
 #define RELAY_FILTER_MAX_DEPTH	32
 
 typedef struct RelayRouting RelayRouting;
+struct cJSON;
 
 /* Why a "types" or "filter" value was refused: a message and a hint. */
 typedef struct RelayRoutingError
@@ -58,6 +59,9 @@ RelayRoutingMatches(const RelayRouting *r, const char *payload_json, const char 
 {
 	return RelayRoutingEvaluate(r, payload_json, headers_json) != 0;
 }
+
+/* The JSON type of a cJSON value as jsonb_typeof names it ("null" for NULL). */
+extern const char *RelayJsonTypeName(const struct cJSON *v);
 
 #ifndef RELAY_FILTER_STANDALONE
 /*

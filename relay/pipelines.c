@@ -5,13 +5,15 @@
  *		settings, batch size and lease, retries, ordering, attempt log, rate
  *		limit, circuit breaker and routing.
  *
- * The statement reads each config as JSON text and this file takes it
- * apart in C, one pipeline at a time: tide.relay_set_outbox validated the
- * config when it was set, but a row written by hand can hold anything, and
- * it must never stop another pipeline (an SQL cast that fails would fail
- * the whole statement). So every number is clamped to the range the
- * worker can use, a missing value takes its default, and a row without
- * what it needs (its outbox, group, sink type, URL or path) is passed over.
+ * Every row is written through the validator (relay/pipeline_config.c, run
+ * by the row's trigger), but a row written while triggers were off
+ * (session_replication_role = replica) can hold anything, and it must
+ * never stop another pipeline. So each row is validated again here, on
+ * its own, inside a subtransaction: an invalid row is passed over, its
+ * error recorded as the pipeline's (class 'config', logged once) until the
+ * row is fixed; a valid one is read from its normalised config, in which
+ * every value is present and within its range. A row's result is kept
+ * while its config stays the same, so an unchanged row is validated once.
  */
 #include "postgres.h"
 
@@ -19,63 +21,85 @@
 
 #include <cjson/cJSON.h>
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "pg_tide.h"
+#include "pipeline_config.h"
 #include "relay.h"
 
 /* The statements of every pass, planned once. */
 static SPIPlanPtr pipelines_plan = NULL;
-static SPIPlanPtr secret_failed_plan = NULL;
-static SPIPlanPtr secret_ok_plan = NULL;
+static SPIPlanPtr pipeline_failed_plan = NULL;
+static SPIPlanPtr pipeline_ok_plan = NULL;
 
 /*
- * Records that a pipeline's secret reference cannot be read, as its error
- * in relay_pipeline_health (and so relay_pipeline_status), and logs it
- * when it is new; the pipeline is passed over until it can be read.
+ * Records that a pipeline cannot be read, as its error in
+ * relay_pipeline_health (and so relay_pipeline_status) of class
+ * error_class, and logs it when it is new; the pipeline is passed over
+ * until it can be read.
  */
 static void
-secret_failed(const char *pipeline, const char *error)
+pipeline_failed(const char *pipeline, const char *error_class, const char *error, const char *hint)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {CStringGetTextDatum(pipeline), CStringGetTextDatum(error)};
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[3] = {CStringGetTextDatum(pipeline), CStringGetTextDatum(error),
+	CStringGetTextDatum(error_class)};
 
-	if (SPI_execute_plan(TidePlan(&secret_failed_plan,
+	if (SPI_execute_plan(TidePlan(&pipeline_failed_plan,
 								  "INSERT INTO tide.relay_pipeline_health AS h"
 								  "  (pipeline_id, consecutive_failures, last_failure_at, last_error_class, last_error)"
-								  " VALUES ($1, 1, pg_catalog.now(), 'secret_reference', $2)"
+								  " VALUES ($1, 1, pg_catalog.now(), $3, $2)"
 								  " ON CONFLICT (pipeline_id) DO UPDATE"
 								  "   SET consecutive_failures = greatest(h.consecutive_failures, 1),"
-								  "       last_failure_at = pg_catalog.now(), last_error_class = 'secret_reference',"
+								  "       last_failure_at = pg_catalog.now(), last_error_class = $3,"
 								  "       last_error = $2, updated_at = pg_catalog.now()"
 								  " WHERE h.last_error IS NULL OR h.last_error_class IS NULL"
 								  "    OR h.last_error OPERATOR(pg_catalog.<>) $2"
-								  "    OR h.last_error_class OPERATOR(pg_catalog.<>) 'secret_reference'",
-								  2, types),
+								  "    OR h.last_error_class OPERATOR(pg_catalog.<>) $3",
+								  3, types),
 						 args, NULL, false, 0) == SPI_OK_INSERT && SPI_processed > 0)
 		ereport(LOG,
 				(errmsg("pg_tide relay pipeline \"%s\" is passed over: %s", pipeline, error),
-				 errhint("Set the secret it refers to, or change the pipeline with tide.relay_set_outbox().")));
+				 errhint("%s", hint)));
+}
+
+/* Clears an error of class error_class recorded for a pipeline that can be read again. */
+static void
+pipeline_ok(const char *pipeline, const char *error_class)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(pipeline), CStringGetTextDatum(error_class)};
+
+	SPI_execute_plan(TidePlan(&pipeline_ok_plan,
+							  "UPDATE tide.relay_pipeline_health"
+							  "   SET consecutive_failures = 0, last_error_class = NULL, last_error = NULL,"
+							  "       updated_at = pg_catalog.now()"
+							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND last_error_class OPERATOR(pg_catalog.=) $2",
+							  2, types),
+					 args, NULL, false, 0);
+}
+
+/* A secret reference that cannot be read (see pipeline_failed). */
+static void
+secret_failed(const char *pipeline, const char *error)
+{
+	pipeline_failed(pipeline, "secret_reference", error,
+					"Set the secret it refers to, or change the pipeline with tide.relay_set_outbox().");
 }
 
 /* Clears a secret reference error recorded for a pipeline that can be read again. */
 static void
 secret_ok(const char *pipeline)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(pipeline)};
-
-	SPI_execute_plan(TidePlan(&secret_ok_plan,
-							  "UPDATE tide.relay_pipeline_health"
-							  "   SET consecutive_failures = 0, last_error_class = NULL, last_error = NULL,"
-							  "       updated_at = pg_catalog.now()"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND last_error_class OPERATOR(pg_catalog.=) 'secret_reference'",
-							  1, types),
-					 args, NULL, false, 0);
+	pipeline_ok(pipeline, "secret_reference");
 }
 
 /* The member `key` of a JSON object, or NULL. */
@@ -128,6 +152,25 @@ static int
 int_member(const cJSON *obj, const char *key, int min, int max, int dflt)
 {
 	return (int) rint(number_member(obj, key, min, max, dflt));
+}
+
+/*
+ * A number of the normalised config, which the validator has checked and
+ * filled in; dflt only for a key the pipeline's sink does not take.
+ */
+static double
+valid_number(const cJSON *obj, const char *key, double dflt)
+{
+	const cJSON *v = member(obj, key);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* An integer of the normalised config (see valid_number). */
+static int
+valid_int(const cJSON *obj, const char *key, int dflt)
+{
+	return (int) valid_number(obj, key, dflt);
 }
 
 /*
@@ -281,9 +324,9 @@ read_webhook(RelayPipeline *p, const cJSON *config, MemoryContext spi_cxt)
 
 /*
  * The config's JSON text with every number of more than 60 characters
- * rewritten as the nearest double (jsonb prints 1e-400 with all its
- * zeros, which cJSON cannot read); numbers beyond a double's range become
- * +-1e308 or 0, which the clamps then bring into range.
+ * rewritten as the nearest double: cJSON cannot read a longer one, which a
+ * valid config may hold (a rate of 0.0010000...01, a number in a filter;
+ * the routing is compiled from the text as it is).
  */
 static char *
 shorten_numbers(const char *json)
@@ -329,8 +372,8 @@ shorten_numbers(const char *json)
 }
 
 /*
- * One pipeline from its row, in the current memory context; NULL when it
- * is passed over (see the top of this file).
+ * One pipeline from its normalised config, in the current memory context;
+ * NULL when it is passed over (a secret reference that cannot be read).
  */
 static RelayPipeline *
 read_pipeline(const char *name, const char *config_text, const char *md5,
@@ -344,16 +387,11 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 	char	   *sink_type = string_member(config, "sink_type");
 	RelayRoutingError routing_error;
 
-	if (config == NULL)
+	if (config == NULL || sink_type == NULL)
 	{
 		ereport(LOG, (errmsg("pg_tide relay pipeline \"%s\" is passed over: its config cannot be read", name)));
 		goto done;
 	}
-	if (sink_type == NULL || !cJSON_IsString(member(config, "consumer_group")) ||
-		!cJSON_IsString(member(config, "outbox")) ||
-		!((strcmp(sink_type, "file") == 0 && cJSON_IsString(member(config, "path"))) ||
-		  (strcmp(sink_type, "webhook") == 0 && cJSON_IsString(member(config, "url")))))
-		goto done;
 
 	p = palloc0(sizeof(RelayPipeline));
 	p->name = pstrdup(name);
@@ -361,24 +399,23 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 	p->consumer = psprintf("relay:%s", p->name);
 	p->outbox = string_member(config, "outbox");
 	p->config_md5 = pstrdup(md5);
-	p->batch_size = int_member(config, "batch_size", 1, 1000, 100);
+	p->batch_size = valid_int(config, "batch_size", 100);
 	p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
 	p->strict = string_is(config, "ordering", "strict");
 	p->sink.stop_at_failure = p->strict;
-	p->log_attempts = !member_is(config, "attempt_log", false);
-	p->retry_base_ms = int_member(retry, "base_ms", 10, 600000, 500);
-	p->retry_cap_ms = Max(p->retry_base_ms, int_member(retry, "cap_ms", 10, 86400000, 60000));
-	p->retry_max_attempts = int_member(retry, "max_attempts", 1, 100, 10);
-	/* No rate limit unless one is given; then at least the slowest allowed. */
-	p->rate_per_second = rate ? number_member(rate, "per_second", RELAY_MIN_RATE_PER_SECOND,
-											  RELAY_MAX_RATE_PER_SECOND, 0) : 0;
-	p->rate_burst = int_member(rate, "burst", 1, 1000000, 1);
-	p->breaker_threshold = breaker ? int_member(breaker, "failure_threshold", 1, 1000000, 20) : 0;
-	p->breaker_cooldown_ms = int_member(breaker, "cooldown_ms", 100, 86400000, 30000);
+	p->log_attempts = member_is(config, "attempt_log", true);
+	p->retry_base_ms = valid_int(retry, "base_ms", 500);
+	p->retry_cap_ms = valid_int(retry, "cap_ms", 60000);
+	p->retry_max_attempts = valid_int(retry, "max_attempts", 10);
+	/* No rate limit unless one is given, no breaker either. */
+	p->rate_per_second = valid_number(rate, "per_second", 0);
+	p->rate_burst = valid_int(rate, "burst", 1);
+	p->breaker_threshold = valid_int(breaker, "failure_threshold", 0);
+	p->breaker_cooldown_ms = valid_int(breaker, "cooldown_ms", 30000);
 	if (!RelayRoutingCompile(json_text_member(config, "types"), json_text_member(config, "filter"),
 							 &p->routing, &routing_error))
 	{
-		/* validated when set; a row written by hand is passed over */
+		/* the validator compiled it: only memory can be short here */
 		ereport(LOG,
 				(errmsg("pg_tide relay pipeline \"%s\" is passed over: %s",
 						p->name, routing_error.message),
@@ -401,12 +438,88 @@ done:
 	return p;
 }
 
+/* A row's validation as kept from pass to pass: its normalised config or its error. */
+typedef struct ValidatedRow
+{
+	char	   *name;
+	char		md5[33];
+	char	   *config;			/* the normalised config as JSON text, or NULL */
+	char	   *error;			/* why it is invalid, when config is NULL */
+} ValidatedRow;
+
+/*
+ * The rows of the last pass, in validated_cxt; the next pass's are built in
+ * next_validated_cxt, which an ERROR during a pass leaves to the next one
+ * to delete.
+ */
+static MemoryContext validated_cxt = NULL;
+static MemoryContext next_validated_cxt = NULL;
+static ValidatedRow *validated = NULL;
+static uint64 nvalidated = 0;
+
+/*
+ * The result kept for row i of this pass if its config is unchanged, or
+ * NULL; the rows come in the same order every pass, so row i of the last
+ * pass is tried first.
+ */
+static ValidatedRow *
+validated_before(uint64 i, const char *name, const char *md5)
+{
+	if (i < nvalidated && strcmp(validated[i].name, name) == 0)
+		return strcmp(validated[i].md5, md5) == 0 ? &validated[i] : NULL;
+	for (uint64 j = 0; j < nvalidated; j++)
+		if (strcmp(validated[j].name, name) == 0 && strcmp(validated[j].md5, md5) == 0)
+			return &validated[j];
+	return NULL;
+}
+
+/*
+ * Runs the validator on a row's config inside a subtransaction, so that an
+ * invalid row fails alone: fills in row->config, or row->error with the
+ * validator's message. An error that is not about the config (a cancel,
+ * memory) is raised again.
+ */
+static void
+validate_row(Jsonb *config, ValidatedRow *row)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		Jsonb	   *normalized = RelayNormalizeConfig(NULL, NULL, config);
+
+		row->config = JsonbToCString(NULL, &normalized->root, VARSIZE(normalized));
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (ERRCODE_TO_CATEGORY(error->sqlerrcode) != ERRCODE_DATA_EXCEPTION &&
+			ERRCODE_TO_CATEGORY(error->sqlerrcode) != ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION)
+			ReThrowError(error);
+		row->error = error->message;
+	}
+	PG_END_TRY();
+}
+
 /*
  * The database's enabled pipelines that the relay can deliver and this
  * worker serves (ownership.c), copied into cxt; *any_enabled tells whether
- * any pipeline is enabled at all. The
- * table's lock is taken conditionally, so a DROP EXTENSION in progress is
- * passed over, not waited for (and cannot wait for us).
+ * any pipeline is enabled at all. The table's lock is taken conditionally,
+ * so a DROP EXTENSION in progress is passed over, not waited for (and
+ * cannot wait for us).
  */
 List *
 RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
@@ -418,8 +531,12 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 		return NIL;
 	SPI_connect();
 	if (SPI_execute_plan(TidePlan(&pipelines_plan,
-								  "SELECT c.name, c.config::text, pg_catalog.md5(c.config::text)"
-								  "  FROM tide.relay_outbox_config c WHERE c.enabled ORDER BY c.name",
+								  "SELECT c.name, c.config, pg_catalog.md5(c.config::text),"
+								  "       h.last_error_class OPERATOR(pg_catalog.=) 'config'"
+								  "  FROM tide.relay_outbox_config c"
+								  "  LEFT JOIN tide.relay_pipeline_health h"
+								  "    ON h.pipeline_id OPERATOR(pg_catalog.=) c.name"
+								  " WHERE c.enabled ORDER BY c.name",
 								  0, NULL),
 						 NULL, NULL, true, 0) == SPI_OK_SELECT)
 	{
@@ -427,26 +544,68 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 		SPITupleTable *rows = SPI_tuptable;
 		uint64		nrows = SPI_processed;
 		MemoryContext spi_cxt = CurrentMemoryContext;
+		MemoryContext next_cxt;
+		ValidatedRow *next;
+
+		if (next_validated_cxt != NULL)
+			MemoryContextDelete(next_validated_cxt);
+		next_cxt = next_validated_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide validated pipelines",
+															  ALLOCSET_SMALL_SIZES);
+		next = MemoryContextAllocZero(next_cxt, sizeof(ValidatedRow) * Max(nrows, 1));
 
 		*any_enabled = nrows > 0;
 		for (uint64 i = 0; i < nrows; i++)
 		{
-			char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 1);
+			HeapTuple	tuple = rows->vals[i];
+			char	   *name = SPI_getvalue(tuple, rows->tupdesc, 1);
+			char	   *md5 = SPI_getvalue(tuple, rows->tupdesc, 3);
+			bool		isnull;
+			bool		error_recorded = DatumGetBool(SPI_getbinval(tuple, rows->tupdesc, 4, &isnull)) && !isnull;
+			ValidatedRow *before = validated_before(i, name, md5);
+			ValidatedRow row = {0};
 			MemoryContext old;
-			RelayPipeline *p;
 
-			/* Another of the database's workers serves it (ownership.c). */
-			if (!RelayServesPipeline(name))
+			/*
+			 * Whether this worker serves it (ownership.c). Every worker keeps
+			 * every row's validation, so a pipeline that moves here is known;
+			 * only the one serving it records what the validation found.
+			 */
+			bool		serves = RelayServesPipeline(name);
+
+			if (before != NULL)
+				row = *before;
+			else
+			{
+				validate_row(DatumGetJsonbP(SPI_getbinval(tuple, rows->tupdesc, 2, &isnull)), &row);
+				if (row.error != NULL && serves)
+					pipeline_failed(name, "config", row.error,
+									"Fix its config with tide.relay_set_outbox().");
+			}
+			if (row.config != NULL && error_recorded && serves)
+				pipeline_ok(name, "config");
+
+			next[i].name = MemoryContextStrdup(next_cxt, name);
+			strlcpy(next[i].md5, md5, sizeof(next[i].md5));
+			next[i].config = row.config ? MemoryContextStrdup(next_cxt, row.config) : NULL;
+			next[i].error = row.error ? MemoryContextStrdup(next_cxt, row.error) : NULL;
+			if (row.config == NULL || !serves)
 				continue;
+
 			old = MemoryContextSwitchTo(cxt);
-			p = read_pipeline(name,
-							  SPI_getvalue(rows->vals[i], rows->tupdesc, 2),
-							  SPI_getvalue(rows->vals[i], rows->tupdesc, 3),
-							  spi_cxt);
-			if (p)
-				pipelines = lappend(pipelines, p);
+			{
+				RelayPipeline *p = read_pipeline(name, next[i].config, md5, spi_cxt);
+
+				if (p)
+					pipelines = lappend(pipelines, p);
+			}
 			MemoryContextSwitchTo(old);
 		}
+		if (validated_cxt != NULL)
+			MemoryContextDelete(validated_cxt);
+		validated_cxt = next_cxt;
+		next_validated_cxt = NULL;
+		validated = next;
+		nvalidated = nrows;
 	}
 	SPI_finish();
 	return pipelines;

@@ -14,24 +14,6 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 REVOKE ALL ON FUNCTION tide._relay_routing_check(jsonb,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_routing_check(jsonb,jsonb) TO tide_admin;
 
--- The "types" and "filter" of a config, validated, as the object merged
--- into the stored config ('{}' when neither is given).
-CREATE OR REPLACE FUNCTION tide._relay_routing(p_config jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-	PERFORM tide._relay_routing_check(p_config -> 'types', p_config -> 'filter');
-	RETURN CASE WHEN p_config ? 'types' THEN jsonb_build_object('types', p_config -> 'types')
-				ELSE '{}' END
-		|| CASE WHEN p_config ? 'filter' THEN jsonb_build_object('filter', p_config -> 'filter')
-				ELSE '{}' END;
-END
-$$
-SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_routing(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_routing(jsonb) TO tide_admin;
-
 CREATE OR REPLACE FUNCTION tide.relay_filter_matches(p_config jsonb, p_payload jsonb, p_headers jsonb DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tide_relay_filter_matches'

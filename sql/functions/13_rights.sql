@@ -118,29 +118,17 @@ COMMENT ON FUNCTION tide.outbox_revoke_consume(text, text)
 REVOKE ALL ON FUNCTION tide.outbox_revoke_consume(text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_revoke_consume(text,text) TO tide_admin;
 
--- A file pipeline appends to a server file as the server's operating
--- system user: whoever writes such a row, through relay_set_outbox or by
--- hand, must be a superuser or a member of pg_write_server_files. Runs as
--- the role that writes the row.
-CREATE OR REPLACE FUNCTION tide._relay_check_file_sink()
+-- The BEFORE INSERT OR UPDATE trigger of relay_outbox_config: every row
+-- written, through relay_set_outbox or by hand, is validated by the one
+-- validator (relay/pipeline_config.c) as the role that writes it and
+-- stored normalised. A file pipeline appends to a server file as the
+-- server's operating system user, so whoever writes one must be a
+-- superuser or a member of pg_write_server_files. An UPDATE that leaves
+-- the config as it was (relay_enable, relay_disable) is not checked again.
+CREATE OR REPLACE FUNCTION tide._relay_config_check()
 RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-	IF NEW.config ->> 'sink_type' = 'file'
-	   AND (TG_OP = 'INSERT'
-			OR OLD.config ->> 'sink_type' IS DISTINCT FROM 'file'
-			OR OLD.config -> 'path' IS DISTINCT FROM NEW.config -> 'path')
-	   AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = current_user::regrole)
-	   AND NOT pg_catalog.pg_has_role(current_user, 'pg_write_server_files', 'MEMBER') THEN
-		RAISE EXCEPTION 'permission denied to set a file pipeline'
-			USING ERRCODE = 'insufficient_privilege',
-				  DETAIL = 'The relay writes the file as the operating system user of the server.',
-				  HINT = 'Only superusers and members of pg_write_server_files may set a file pipeline.';
-	END IF;
-	RETURN NEW;
-END
-$$
+AS 'MODULE_PATHNAME', 'tide_relay_config_check'
+LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_check_file_sink() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_check_file_sink() TO tide_admin;
+REVOKE ALL ON FUNCTION tide._relay_config_check() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_config_check() TO tide_admin;

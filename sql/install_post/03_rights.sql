@@ -10,6 +10,6 @@ CREATE TRIGGER relay_outbox_config_rights_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_outbox_config
 	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
 
-CREATE TRIGGER relay_outbox_config_file_sink
+CREATE TRIGGER relay_outbox_config_check
 	BEFORE INSERT OR UPDATE ON tide.relay_outbox_config
-	FOR EACH ROW EXECUTE FUNCTION tide._relay_check_file_sink();
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();

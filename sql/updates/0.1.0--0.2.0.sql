@@ -3,6 +3,31 @@
 -- fresh install). A new table, column or index of 0.2.0 is written here
 -- once, and into sql/install/ for fresh installs.
 
+-- A pipeline config is validated in C (relay/pipeline_config.c), once for
+-- relay_set_outbox, the row trigger and the relay worker: the PL/pgSQL
+-- validators of 0.1.0 go, and so does the trigger that checked only a file
+-- pipeline's permission (tide._relay_config_check replaces it, created in
+-- 0.1.0--0.2.0.post.sql once the functions exist). The C symbol of
+-- tide._relay_url_host_class stays in the library for 0.1.0 databases.
+DROP TRIGGER relay_outbox_config_file_sink ON tide.relay_outbox_config;
+DROP FUNCTION tide._relay_check_file_sink();
+DROP FUNCTION tide._relay_webhook_config(jsonb);
+DROP FUNCTION tide._relay_file_config(jsonb);
+DROP FUNCTION tide._relay_routing(jsonb);
+DROP FUNCTION tide._relay_pacing_config(jsonb);
+DROP FUNCTION tide._relay_alerts_config(jsonb);
+DROP FUNCTION tide._relay_check_secret(jsonb);
+DROP FUNCTION tide._relay_check_secret_ref(text, jsonb);
+DROP FUNCTION tide._relay_check_url(text, boolean, boolean);
+DROP FUNCTION tide._relay_url_host_class(text);
+DROP FUNCTION tide._relay_check_keys(jsonb, text[], text);
+DROP FUNCTION tide._relay_choice(jsonb, text, text[], text);
+DROP FUNCTION tide._relay_bool(jsonb, text, boolean);
+DROP FUNCTION tide._relay_int(jsonb, text, text, bigint, bigint, bigint);
+DROP FUNCTION tide._relay_number_text(numeric);
+DROP FUNCTION tide._relay_check_type(text, jsonb, text, text);
+DROP FUNCTION tide._relay_bad_config(text, text);
+
 -- tide.relay_workers() returns two more columns (worker_index, pipelines):
 -- a new return type, so the function is re-created.
 DROP FUNCTION tide.relay_workers();

@@ -263,6 +263,26 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file2', 'rc_orders', 'rc_f
 -- tide_admin may write the table, but not a file pipeline (the table's trigger)
 SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_file3', '{"sink_type": "file", "path": "/tmp/x", "outbox": "rc_orders", "consumer_group": "rc_file3_group"}')$$);
 SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"path": "/tmp/y"}' WHERE name = 'rc_file'$$);
+-- nor change any key of one; but enabling and disabling leave the config as
+-- it is, and are not checked again
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"batch_size": 5}' WHERE name = 'rc_file'$$);
+SELECT pg_temp.try($$SELECT tide.relay_disable('rc_file')$$);
+SELECT pg_temp.try($$SELECT tide.relay_enable('rc_file')$$);
+-- every row written by hand goes through the validator of relay_set_outbox,
+-- as the role that writes it, and is stored normalised
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://a.example", "outbox": "rc_orders", "consumer_group": "rc_hand_group", "batch_size": 1e-400}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://10.0.0.1/", "outbox": "rc_orders", "consumer_group": "rc_hand_group"}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://a.example", "consumer_group": "rc_hand_group"}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://a.example", "outbox": "rc_orders", "consumer_group": 7}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://a.example", "outbox": "rc orders", "consumer_group": "rc_hand_group"}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc hand', '{"sink_type": "webhook", "url": "https://a.example", "outbox": "rc_orders", "consumer_group": "rc_hand_group"}')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '[]')$$);
+SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rc_hand', '{"sink_type": "webhook", "url": "https://a.example", "outbox": "rc_orders", "consumer_group": "rc_hand_group"}')$$);
+SELECT config FROM tide.relay_outbox_config WHERE name = 'rc_hand';
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"retry": {"cap_ms": 1}}' WHERE name = 'rc_hand'$$);
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config - 'timeout_ms' || '{"batch_size": 7.0}' WHERE name = 'rc_hand'$$);
+SELECT config -> 'batch_size' AS batch_size, config -> 'timeout_ms' AS timeout_ms FROM tide.relay_outbox_config WHERE name = 'rc_hand';
+DELETE FROM tide.relay_outbox_config WHERE name = 'rc_hand';
 RESET ROLE;
 REVOKE tide_admin FROM regress_tide_file_user;
 REVOKE ALL ON SCHEMA tide FROM regress_tide_file_user;

@@ -12,7 +12,8 @@ my $node = tide_node('notify');
 
 my (undef, $out, $err) = $node->psql('postgres', q{
 	LISTEN tide_relay_config;
-	INSERT INTO tide.relay_outbox_config (name, config) VALUES ('p1', '{}');
+	INSERT INTO tide.relay_outbox_config (name, enabled, config)
+	VALUES ('p1', false, '{"sink_type": "file", "path": "/dev/null", "outbox": "o1", "consumer_group": "g1"}');
 	UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'p1';
 	DELETE FROM tide.relay_outbox_config WHERE name = 'p1';
 	INSERT INTO tide.relay_inbox_config (name, config) VALUES ('r1', '{}');

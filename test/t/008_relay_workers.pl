@@ -75,7 +75,10 @@ cmp_ok($took, '<', 5, "CREATE EXTENSION started a worker (after ${took}s)");
 # With an enabled pipeline, a publishing commit wakes the worker: its own
 # look is an hour away.
 $node->safe_psql('app', "SELECT tide.outbox_create('orders')");
-$node->safe_psql('app', "INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}')");
+# A row the validator would refuse (written with triggers off), so that it
+# delivers nothing; it still counts as an enabled pipeline.
+$node->safe_psql('app', "SET session_replication_role = replica;
+	INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}')");
 usleep(600_000);	# a pass at the 200 ms naptime sees the pipeline
 set_conf('pg_tide.relay_naptime_ms', '1h');
 usleep(1_000_000);	# the worker takes the new naptime at its next slice

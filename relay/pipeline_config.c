@@ -1,0 +1,416 @@
+/*
+ * pipeline_config.c
+ *		The validator of a pipeline config, the only one: it checks and
+ *		completes with defaults the keys every pipeline has (outbox,
+ *		consumer_group, attempt_log, alerts, types and filter, rate_limit,
+ *		breaker, allow_other_consumers; batch_size, retry and ordering for
+ *		the sinks that take them), refuses unknown keys, and hands the
+ *		sink's own keys to the sink's validator, chosen by sink_type.
+ *
+ * Three callers run it, so that no config reaches the relay unchecked:
+ * - tide.relay_set_outbox, through tide._relay_normalize_config(), to
+ *	 store the config it returns;
+ * - the BEFORE INSERT OR UPDATE trigger on tide.relay_outbox_config
+ *	 (tide._relay_config_check()), as the role that writes the row, so a
+ *	 row written by hand is checked too (a file pipeline's permission
+ *	 check included) and stored normalised;
+ * - the relay worker, on every row it reads (relay/pipelines.c), for a
+ *	 row written while triggers were off.
+ *
+ * Validation happens in the order of the config's meaning, and the first
+ * error found is raised: outbox, consumer group, sink type, unknown keys,
+ * the sink's own keys, then the common keys.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_collation.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+#include "utils/rel.h"
+
+#include "config_value.h"
+#include "filter.h"
+#include "pg_tide.h"
+#include "pipeline_config.h"
+
+PG_FUNCTION_INFO_V1(tide_relay_normalize_config);
+PG_FUNCTION_INFO_V1(tide_relay_config_check);
+
+/* A sink's validator and the keys it takes. */
+typedef struct SinkValidator
+{
+	const char *sink_type;
+	const char *const *keys;
+	RelaySinkValidate validate;
+} SinkValidator;
+
+static const SinkValidator sink_validators[] = {
+	{"webhook", RelayWebhookConfigKeys, RelayWebhookValidate},
+	{"file", RelayFileConfigKeys, RelayFileValidate},
+};
+
+/* The keys of every pipeline. */
+static const char *const common_keys[] = {
+	"sink_type", "outbox", "consumer_group", "attempt_log", "alerts", "types", "filter",
+	"rate_limit", "breaker", "allow_other_consumers", NULL
+};
+
+/* Whether a sink takes one of the common keys that not every sink takes. */
+static bool
+sink_takes(const SinkValidator *sink, const char *key)
+{
+	for (const char *const *k = sink->keys; *k; k++)
+		if (strcmp(*k, key) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The pipeline's outbox or consumer group: given (the config's key must
+ * then agree) or, given is NULL, the config's key.
+ */
+static const char *
+name_key(const cJSON *config, const char *key, const char *given, const char *kind,
+		 const char *param, const char *mismatch_hint, const char *missing_hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+
+	if (given != NULL)
+	{
+		if (v != NULL && !(cJSON_IsString(v) && strcmp(v->valuestring, given) == 0))
+			RelayConfigError(mismatch_hint, "config key \"%s\" does not match %s", key, param);
+		return given;
+	}
+	if (v == NULL)
+		RelayConfigError(missing_hint, "config key \"%s\" is missing", key);
+	RelayConfigCheckType(key, v, "string", missing_hint);
+	TideValidateName(kind, v->valuestring);
+	return v->valuestring;
+}
+
+/* A member of a jsonb object as JSON text, or NULL when it has none. */
+static char *
+member_text(Jsonb *config, const char *key)
+{
+	JsonbValue	k;
+	JsonbValue *v;
+	Jsonb	   *value;
+
+	k.type = jbvString;
+	k.val.string.val = unconstify(char *, key);
+	k.val.string.len = strlen(key);
+	v = findJsonbValueFromContainer(&config->root, JB_FOBJECT, &k);
+	if (v == NULL)
+		return NULL;
+	value = JsonbValueToJsonb(v);
+	return JsonbToCString(NULL, &value->root, VARSIZE(value));
+}
+
+/*
+ * The member `key` of config, checked to be an object with none but the
+ * NULL-terminated keys; NULL when absent.
+ */
+static const cJSON *
+sub_object(const cJSON *config, const char *key, const char *const *keys, const char *hint)
+{
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(config, key);
+
+	if (o != NULL)
+	{
+		RelayConfigCheckType(key, o, "object", hint);
+		RelayConfigCheckKeys(o, keys, NULL, psprintf("%s.", key));
+	}
+	return o;
+}
+
+/*
+ * "alerts": failure_threshold (failed attempts in a row that count as
+ * 100 %) and auto_disable (disable the pipeline when they reach it).
+ */
+static void
+alerts_config(const cJSON *config, cJSON *out)
+{
+	static const char *const keys[] = {"failure_threshold", "auto_disable", NULL};
+	const cJSON *a = sub_object(config, "alerts", keys,
+								"Give \"alerts\" as an object with failure_threshold and auto_disable.");
+	cJSON	   *o = RelayConfigAddObject(out, "alerts");
+
+	RelayConfigAddInt(o, "failure_threshold",
+					  RelayConfigInt(a, "failure_threshold", "alerts.failure_threshold", 1, 1000000, 100));
+	RelayConfigAddBool(o, "auto_disable", RelayConfigBool(a, "auto_disable", false));
+}
+
+/* "retry": exponential backoff with jitter between base_ms and cap_ms. */
+static void
+retry_config(const cJSON *config, cJSON *out)
+{
+	static const char *const keys[] = {"base_ms", "cap_ms", "max_attempts", NULL};
+	const cJSON *r = sub_object(config, "retry", keys,
+								"Give \"retry\" as an object with base_ms, cap_ms and max_attempts.");
+	cJSON	   *o;
+	int			base_ms;
+
+	base_ms = RelayConfigInt(r, "base_ms", "retry.base_ms", 10, 600000, 500);
+	o = RelayConfigAddObject(out, "retry");
+	RelayConfigAddInt(o, "base_ms", base_ms);
+	RelayConfigAddInt(o, "cap_ms", RelayConfigInt(r, "cap_ms", "retry.cap_ms", base_ms, 86400000,
+												  Max(60000, base_ms)));
+	RelayConfigAddInt(o, "max_attempts", RelayConfigInt(r, "max_attempts", "retry.max_attempts", 1, 100, 10));
+}
+
+/*
+ * The optional "rate_limit" and "breaker": rate_limit.per_second (messages
+ * a second, fractions allowed, from 0.001 to 1000000) and rate_limit.burst
+ * (messages at once, default per_second rounded up); breaker.failure_threshold
+ * (failed attempts in a row that open it, default 20) and
+ * breaker.cooldown_ms (how long it stays open, default 30000).
+ */
+static void
+pacing_config(const cJSON *config, cJSON *out)
+{
+	static const char *const rate_keys[] = {"per_second", "burst", NULL};
+	static const char *const breaker_keys[] = {"failure_threshold", "cooldown_ms", NULL};
+	const cJSON *r = sub_object(config, "rate_limit", rate_keys,
+								"Give \"rate_limit\" as an object with per_second and burst.");
+	const cJSON *b;
+
+	if (r != NULL)
+	{
+		const char *rate_hint = "Give \"rate_limit.per_second\" as a number from 0.001 (one message "
+			"every 1,000 s) to 1000000; tide.relay_disable() stops a pipeline.";
+		const cJSON *ps;
+		Datum		n;
+		cJSON	   *o;
+
+		ps = cJSON_GetObjectItemCaseSensitive(r, "per_second");
+		if (ps == NULL)
+			RelayConfigError("Give \"rate_limit.per_second\", the messages a second the pipeline may "
+							 "send, for example 50.",
+							 "config key \"rate_limit.per_second\" is missing");
+		RelayConfigCheckType("rate_limit.per_second", ps, "number", rate_hint);
+
+		/*
+		 * At least 0.001, one message every 1,000 s: the relay computes the
+		 * bucket in float8, which cannot hold every numeric above 0 (1e-400
+		 * is none), and a slower pipeline is better disabled than woken up
+		 * for a message a day; the relay bounds its wait to match
+		 * (relay/pacing.c). At most 1000000, beyond what a worker sends.
+		 */
+		n = DirectFunctionCall3(numeric_in, CStringGetDatum(ps->valuestring),
+								ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+		if (DatumGetBool(DirectFunctionCall2(numeric_lt, n,
+											 DirectFunctionCall3(numeric_in, CStringGetDatum("0.001"),
+																 ObjectIdGetDatum(InvalidOid),
+																 Int32GetDatum(-1)))) ||
+			DatumGetBool(DirectFunctionCall2(numeric_gt, n, NumericGetDatum(int64_to_numeric(1000000)))))
+			RelayConfigError(rate_hint, "config key \"rate_limit.per_second\" is out of range: %s",
+							 RelayConfigNumberText(ps->valuestring));
+		o = RelayConfigAddObject(out, "rate_limit");
+		RelayConfigAddNumberText(o, "per_second", ps->valuestring);
+		RelayConfigAddInt(o, "burst",
+						  RelayConfigInt(r, "burst", "rate_limit.burst", 1, 1000000,
+										 DatumGetInt32(DirectFunctionCall1(numeric_int4,
+																		   DirectFunctionCall1(numeric_ceil, n)))));
+	}
+	b = sub_object(config, "breaker", breaker_keys,
+				   "Give \"breaker\" as an object with failure_threshold and cooldown_ms.");
+	if (b != NULL)
+	{
+		cJSON	   *o = RelayConfigAddObject(out, "breaker");
+
+		RelayConfigAddInt(o, "failure_threshold",
+						  RelayConfigInt(b, "failure_threshold", "breaker.failure_threshold", 1, 1000000, 20));
+		RelayConfigAddInt(o, "cooldown_ms",
+						  RelayConfigInt(b, "cooldown_ms", "breaker.cooldown_ms", 100, 86400000, 30000));
+	}
+}
+
+/* "types" and "filter": which messages are delivered (relay/filter.c). */
+static void
+routing_config(Jsonb *jb, const cJSON *config, cJSON *out)
+{
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(config, "types");
+	const cJSON *filter = cJSON_GetObjectItemCaseSensitive(config, "filter");
+
+	RelayRoutingFree(RelayRoutingParse(member_text(jb, "types"), member_text(jb, "filter")));
+	if (types != NULL)
+		RelayConfigAddCopy(out, "types", types);
+	if (filter != NULL)
+		RelayConfigAddCopy(out, "filter", filter);
+}
+
+/* The common keys and the sink's, of a config already known to be an object. */
+static void
+normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
+		  const cJSON *config, cJSON *out)
+{
+	const char *sink_types[lengthof(sink_validators) + 1];
+	const SinkValidator *sink = NULL;
+	const char *sink_type;
+
+	/*
+	 * outbox and consumer_group are relay_set_outbox's parameters; the keys
+	 * are accepted when they agree, so that relay_get_config's output can be
+	 * set again.
+	 */
+	outbox = name_key(config, "outbox", outbox, "outbox", "p_outbox",
+					  "The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
+					  "Give \"outbox\", the name of the outbox the pipeline reads.");
+	consumer_group = name_key(config, "consumer_group", consumer_group, "consumer group", "p_consumer_group",
+							  "The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
+							  "Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
+	RelayConfigAddString(out, "outbox", outbox);
+	RelayConfigAddString(out, "consumer_group", consumer_group);
+
+	for (size_t i = 0; i < lengthof(sink_validators); i++)
+		sink_types[i] = sink_validators[i].sink_type;
+	sink_types[lengthof(sink_validators)] = NULL;
+	sink_type = RelayConfigChoice(config, "sink_type", sink_types, NULL);
+	for (size_t i = 0; i < lengthof(sink_validators); i++)
+		if (strcmp(sink_validators[i].sink_type, sink_type) == 0)
+			sink = &sink_validators[i];
+	Assert(sink != NULL);
+
+	RelayConfigCheckKeys(config, common_keys, sink->keys, "");
+	RelayConfigAddString(out, "sink_type", sink->sink_type);
+	sink->validate(config, out);
+
+	if (sink_takes(sink, "batch_size"))
+		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
+	if (sink_takes(sink, "ordering"))
+	{
+		static const char *const orderings[] = {"relaxed", "strict", NULL};
+
+		RelayConfigAddString(out, "ordering", RelayConfigChoice(config, "ordering", orderings, "relaxed"));
+	}
+	RelayConfigAddBool(out, "attempt_log", RelayConfigBool(config, "attempt_log", true));
+	alerts_config(config, out);
+	RelayConfigAddBool(out, "allow_other_consumers", RelayConfigBool(config, "allow_other_consumers", false));
+	if (sink_takes(sink, "retry"))
+		retry_config(config, out);
+	routing_config(jb, config, out);
+	pacing_config(config, out);
+}
+
+Jsonb *
+RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb)
+{
+	cJSON	   *volatile config = NULL;
+	cJSON	   *volatile out = NULL;
+	Jsonb	   *volatile result = NULL;
+
+	if (jb == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("pipeline config must not be null"),
+				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+	if (!JB_ROOT_IS_OBJECT(jb))
+	{
+		JsonbValue	scalar;
+		const char *type = "array";
+
+		if (JB_ROOT_IS_SCALAR(jb) && JsonbExtractScalar(&jb->root, &scalar))
+			type = scalar.type == jbvNull ? "null" : scalar.type == jbvString ? "string"
+				: scalar.type == jbvNumeric ? "number" : "boolean";
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pipeline config must be a JSON object, not %s", type),
+				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+	}
+
+	/* cJSON allocates with malloc: both trees are freed on every way out */
+	PG_TRY();
+	{
+		config = RelayConfigFromJsonb(jb);
+		out = cJSON_CreateObject();
+		if (out == NULL)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+		normalize(outbox, consumer_group, jb, config, out);
+		result = RelayConfigToJsonb(out);
+	}
+	PG_FINALLY();
+	{
+		cJSON_Delete(config);
+		cJSON_Delete(out);
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
+ * tide._relay_normalize_config(p_outbox text, p_consumer_group text,
+ * p_config jsonb): the config relay_set_outbox stores (see
+ * RelayNormalizeConfig; NULL p_outbox or p_consumer_group takes the
+ * config's key).
+ */
+Datum
+tide_relay_normalize_config(PG_FUNCTION_ARGS)
+{
+	char	   *outbox = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *group = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	PG_RETURN_JSONB_P(RelayNormalizeConfig(outbox, group, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2)));
+}
+
+/*
+ * tide._relay_config_check(): the BEFORE INSERT OR UPDATE trigger of
+ * tide.relay_outbox_config. It validates the row's name and config as
+ * the role that writes the row and stores the config normalised; an
+ * UPDATE that leaves the config as it was (enabling, disabling) is not
+ * checked again, so a pipeline set by a superuser can still be disabled
+ * by an administrator who may not set it.
+ */
+Datum
+tide_relay_config_check(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	tuple;
+	int			name_col;
+	int			config_col;
+	Datum		config;
+	bool		isnull;
+	Datum		name;
+	bool		name_null;
+	Datum		normalized;
+	bool		normalized_null = false;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+		elog(ERROR, "tide._relay_config_check() must be a BEFORE INSERT OR UPDATE row trigger");
+	desc = RelationGetDescr(trigdata->tg_relation);
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	name_col = SPI_fnumber(desc, "name");
+	config_col = SPI_fnumber(desc, "config");
+	if (name_col <= 0 || config_col <= 0)
+		elog(ERROR, "tide._relay_config_check() needs the columns name and config");
+
+	config = heap_getattr(tuple, config_col, desc, &isnull);
+	name = heap_getattr(tuple, name_col, desc, &name_null);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && !isnull && !name_null)
+	{
+		bool		old_null;
+		bool		old_name_null;
+		Datum		old = heap_getattr(trigdata->tg_trigtuple, config_col, desc, &old_null);
+		Datum		old_name = heap_getattr(trigdata->tg_trigtuple, name_col, desc, &old_name_null);
+		Jsonb	   *new_config = DatumGetJsonbP(config);
+
+		/* byte for byte: an equal config written otherwise (1.0 for 1) is checked */
+		if (!old_null && !old_name_null &&
+			VARSIZE(new_config) == VARSIZE(DatumGetJsonbP(old)) &&
+			memcmp(new_config, DatumGetJsonbP(old), VARSIZE(new_config)) == 0 &&
+			DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, name, old_name)))
+			return PointerGetDatum(tuple);
+	}
+	TideValidateName("pipeline", name_null ? NULL : TextDatumGetCString(name));
+	normalized = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config)));
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, 1, &config_col, &normalized,
+													 &normalized_null));
+}

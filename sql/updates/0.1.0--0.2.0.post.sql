@@ -1,0 +1,6 @@
+-- State changes from 0.1.0 to 0.2.0 that need the functions (CONTRIBUTING.md).
+
+-- Every row of relay_outbox_config is validated as it is written.
+CREATE TRIGGER relay_outbox_config_check
+	BEFORE INSERT OR UPDATE ON tide.relay_outbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();
