@@ -6,7 +6,8 @@
 #    the receiver is up and the messages are delivered;
 #  - error: a turn that ends in an ERROR (its record fails as on a full
 #    disk, as in 017) makes it 'error' with the message and since when;
-#    healthy again once a turn ends without one;
+#    healthy again once a turn ends without one; an error that cannot be
+#    recorded either is logged and the worker goes on;
 #  - stopped: pg_tide.relay_enabled turned off with pg_reload_conf() makes
 #    every enabled pipeline 'stopped' with the reason; a new worker clears
 #    the holds an earlier one recorded.
@@ -114,6 +115,18 @@ my $error_since = sql("SELECT turn_error_since FROM tide.relay_pipeline_status W
 ok(wait_until(sub { sql("SELECT turn_errors >= 2 FROM tide.relay_pipeline_health") eq 't' }, 10),
 	'the error again after the hold');
 is(status('health, turn_error_since'), "error|$error_since", 'still error, since the first one');
+# The error cannot be recorded either: logged, and the worker goes on.
+my $pid = sql('SELECT pid FROM tide.relay_workers()');
+my $log_offset = -s $node->logfile;
+sql('CREATE TRIGGER disk_full BEFORE INSERT OR UPDATE ON tide.relay_pipeline_health
+		FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()');
+ok(defined wait_until(sub { slurp_file($node->logfile, $log_offset) =~
+		  /pg_tide relay could not record the error of pipeline "hook": could not extend file: No space left on device/ }, 10),
+	'an error that cannot be recorded is logged');
+ok(defined wait_until(sub { (() = slurp_file($node->logfile, $log_offset) =~ /could not record the error of pipeline "hook"/g) >= 2 }, 15)
+	  && sql('SELECT pid FROM tide.relay_workers()') eq $pid,
+	'and the same worker goes on: held, tried again, the same error');
+sql('DROP TRIGGER disk_full ON tide.relay_pipeline_health');
 sql('DROP TRIGGER disk_full ON tide.relay_attempts');
 ok(wait_status('health, turn_error IS NULL, reason IS NULL, offset_id', qr/^healthy\|t\|t\|$more[-1]$/, 15),
 	'the cause gone: healthy, the error cleared, the batch recorded')
