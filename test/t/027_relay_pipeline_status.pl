@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until disk_full);
 use PgTide::Receiver;
 use JSON::PP;
 use Time::HiRes qw(time);
@@ -98,13 +98,7 @@ is(sql("SELECT held_until IS NULL AND held_reason IS NULL FROM tide.relay_pipeli
 	't', 'the recorded batch ended the hold in relay_pipeline_health');
 
 # error: the record transaction fails, as on a full disk (017).
-sql(q{
-	CREATE FUNCTION public.disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
-	BEGIN
-		RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full';
-	END $$;
-	CREATE TRIGGER disk_full BEFORE INSERT ON tide.relay_attempts
-		FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()});
+disk_full($node, 'tide.relay_attempts');
 my $before_error = sql('SELECT now()');
 my @more = publish(2);
 ok(wait_status("health, reason, turn_error_since >= '$before_error', next_attempt_at > now() - interval '100 ms'",
@@ -118,8 +112,7 @@ is(status('health, turn_error_since'), "error|$error_since", 'still error, since
 # The error cannot be recorded either: logged, and the worker goes on.
 my $pid = sql('SELECT pid FROM tide.relay_workers()');
 my $log_offset = -s $node->logfile;
-sql('CREATE TRIGGER disk_full BEFORE INSERT OR UPDATE ON tide.relay_pipeline_health
-		FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()');
+disk_full($node, 'tide.relay_pipeline_health', 'INSERT OR UPDATE');
 ok(defined wait_until(sub { slurp_file($node->logfile, $log_offset) =~
 		  /pg_tide relay could not record the error of pipeline "hook": could not extend file: No space left on device/ }, 10),
 	'an error that cannot be recorded is logged');
