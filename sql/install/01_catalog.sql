@@ -234,7 +234,7 @@ CREATE TABLE tide.relay_pipeline_health (
 );
 
 COMMENT ON TABLE tide.relay_pipeline_health
-	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error';
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn';
 
 -- User data survives pg_dump.
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');

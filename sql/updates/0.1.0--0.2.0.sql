@@ -14,6 +14,9 @@ ALTER TABLE tide.relay_pipeline_health
 	ADD COLUMN turn_error_since timestamptz,
 	ADD COLUMN turn_errors int NOT NULL DEFAULT 0;
 
+COMMENT ON TABLE tide.relay_pipeline_health
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn';
+
 -- Every view and function output names the pipeline "pipeline": the
 -- column "name" of relay_list_configs is renamed, which changes its
 -- return type.
