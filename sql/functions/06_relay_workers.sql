@@ -28,3 +28,14 @@ COMMENT ON FUNCTION tide.relay_workers()
 	IS 'one row per running relay worker in the cluster: its database, pid, start time, passes and wake-ups by commits';
 REVOKE ALL ON FUNCTION tide.relay_workers() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_workers() TO tide_admin, tide_reader;
+
+-- Whether a relay worker serves this database, and why not: the one place
+-- that decides it (relay/serving.c), for relay_pipeline_status.
+CREATE OR REPLACE FUNCTION tide._relay_serving_state(OUT state text, OUT reason text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'tide_relay_serving_state'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._relay_serving_state()
+	IS 'internal: ''serving'' when a relay worker delivers in this database, else ''stopped'' and the reason (the relay off, no worker, the catalog waiting for ALTER EXTENSION pg_tide UPDATE)';
+REVOKE ALL ON FUNCTION tide._relay_serving_state() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_serving_state() TO tide_admin, tide_reader;
