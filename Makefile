@@ -22,9 +22,10 @@ OBJS = \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
-	relay/clean_text.o relay/ownership.o relay/worker_settings.o relay/database_state.o \
+	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/pipeline_config.o \
-	relay/sinks/webhook_config.o relay/sinks/file_config.o
+	relay/sinks/webhook_config.o relay/sinks/file_config.o \
+	relay/serving.o relay/pipeline_state.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source
@@ -97,4 +98,4 @@ installcheck: test/receiver test/sql_names
 # the project's headers changes (a changed struct must not leave stale objects).
 $(OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 # TIDE_CATALOG_VERSION comes from the control file.
-relay/worker.o: pg_tide.control
+relay/worker.o relay/serving.o: pg_tide.control

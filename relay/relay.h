@@ -258,6 +258,14 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 extern char *RelaySecretsDirectory;
 extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
 
+/* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
+extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
+							const RelayMessageOutcome *o, TimestampTz until, int holds);
+extern void RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors,
+								 TimestampTz until);
+extern void RelayRecordTurnOk(const RelayPipeline *p);
+extern bool RelayForgetPipelineStates(void);
+
 /* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
 

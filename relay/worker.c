@@ -152,6 +152,9 @@ static int	n_pipeline_states = 0;
 /* When the worker must wake for a held pipeline or a due retry, or 0. */
 static TimestampTz earliest_due = 0;
 
+/* Whether the holds and errors an earlier worker recorded are cleared. */
+static bool forgot_earlier_states = false;
+
 /* Relay->wake_requests when a pass began: SQL changed pipelines or queues. */
 static uint64 seen_wake_requests = 0;
 
@@ -258,6 +261,8 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 			 errdetail("The destination failed (%s), not the message; attempt %d in a row. Nothing is dead-lettered for it.",
 					   o->error_class, st->holds),
 			 errhint("The pipeline tries again in %ld ms.", delay)));
+	/* For relay_pipeline_status (pipeline_state.c). */
+	RelayRecordHold(p, m, o, st->held_until, st->holds);
 }
 
 /*
@@ -606,6 +611,8 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 	if (end == BATCH_HELD)
 		more = false;
 	/* The turn ended without an ERROR: whatever failed before works again. */
+	if (st->errors > 0)
+		RelayRecordTurnOk(p);	/* for relay_pipeline_status (pipeline_state.c) */
 	st->errors = 0;
 	wake_at(st->held_until);
 	wake_at(st->retry_check_at);
@@ -681,6 +688,9 @@ deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
 							p->name, edata->message),
 					 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
 							   delay, pipeline_state(p)->errors)));
+			/* For relay_pipeline_status (pipeline_state.c); never raises. */
+			RelayRecordTurnError(p, edata->message, pipeline_state(p)->errors,
+								 pipeline_state(p)->held_until);
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
@@ -770,6 +780,10 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
 	MemoryContextSwitchTo(loop_cxt);
+
+	/* This worker holds nothing yet: an earlier one's holds are over (pipeline_state.c). */
+	if (current && !forgot_earlier_states)
+		forgot_earlier_states = RelayForgetPipelineStates();
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
 	if (current)

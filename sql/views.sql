@@ -43,15 +43,48 @@ SELECT c.name AS pipeline,
 COMMENT ON VIEW tide.relay_pipeline_lag
 	IS 'per pipeline: the offset it has delivered up to, the newest message, and how many messages (and how old the oldest) wait';
 
+-- One state per pipeline in "health", the first that holds of (each
+-- explains the ones after it):
+--   disabled      enabled is false: nothing is delivered until relay_enable;
+--   stopped       no relay worker serves the database (the relay off, no
+--                 worker running or no slot for one, the catalog waiting
+--                 for ALTER EXTENSION pg_tide UPDATE): tide._relay_serving_state;
+--   error         its last turn ended in an ERROR (a full disk, its outbox
+--                 dropped, a lost lease); the worker holds it meanwhile;
+--   held          the worker holds it (its destination failing, or ordering
+--                 'strict' at a failing message) until held_until;
+--   breaker_open  its circuit breaker is open;
+--   failing       attempts failed since the last success;
+--   healthy       none of these.
+-- "reason" says why for every state but disabled and healthy, and
+-- next_attempt_at when the worker tries again: the end of the hold, else
+-- the retry queue's first due message; null while disabled or stopped.
 CREATE OR REPLACE VIEW tide.relay_pipeline_status AS
 SELECT c.name AS pipeline,
 	   c.enabled,
 	   c.config ->> 'sink_type' AS sink_type,
 	   c.config ->> 'outbox' AS outbox,
 	   CASE WHEN NOT c.enabled THEN 'disabled'
+			WHEN s.state = 'stopped' THEN 'stopped'
+			WHEN h.turn_error IS NOT NULL THEN 'error'
+			WHEN h.held_until > now() THEN 'held'
 			WHEN h.breaker = 'open' THEN 'breaker_open'
 			WHEN coalesce(h.consecutive_failures, 0) = 0 THEN 'healthy'
 			ELSE 'failing' END AS health,
+	   CASE WHEN NOT c.enabled THEN NULL
+			WHEN s.state = 'stopped' THEN s.reason
+			WHEN h.turn_error IS NOT NULL THEN h.turn_error
+			WHEN h.held_until > now() THEN h.held_reason
+			WHEN h.breaker = 'open' OR coalesce(h.consecutive_failures, 0) > 0 THEN h.last_error
+			END AS reason,
+	   CASE WHEN h.held_until > now() THEN h.held_since END AS held_since,
+	   CASE WHEN h.held_until > now() THEN h.held_until END AS held_until,
+	   CASE WHEN NOT c.enabled OR s.state = 'stopped' THEN NULL
+			WHEN h.held_until > now() THEN h.held_until
+			ELSE (SELECT min(q.next_attempt_at) FROM tide.relay_retry_queue q
+				   WHERE q.pipeline_id = c.name) END AS next_attempt_at,
+	   h.turn_error,
+	   h.turn_error_since,
 	   h.breaker,
 	   coalesce(h.filtered, 0) AS filtered,
 	   coalesce(h.consecutive_failures, 0) AS consecutive_failures,
@@ -74,10 +107,11 @@ SELECT c.name AS pipeline,
 		   AND a.attempted_at > now() - interval '1 minute') AS delivered_last_minute
   FROM tide.relay_outbox_config c
   JOIN tide.relay_pipeline_lag l ON l.pipeline = c.name
+ CROSS JOIN tide._relay_serving_state() s
   LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
 
 COMMENT ON VIEW tide.relay_pipeline_status
-	IS 'per pipeline: health, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
+	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
 
 CREATE OR REPLACE VIEW tide.outbox_retention_status AS
 SELECT c.outbox_name,

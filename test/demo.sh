@@ -98,7 +98,7 @@ perl -MJSON::PP -ne '
 	printf "%s %s... verified=%s %s\n", $r->{headers}{"webhook-id"},
 		substr($r->{headers}{"webhook-signature"} // "", 0, 24), $r->{sig} ? "yes" : "no",
 		JSON::PP->new->canonical->encode($body->{payload});' "$RECEIVED"
-"$PG_BIN/psql" -X -d postgres -c "SELECT name, enabled, last_change_id FROM tide.relay_list_configs() JOIN tide.relay_consumer_offsets ON pipeline_id = name"
+"$PG_BIN/psql" -X -d postgres -c "SELECT pipeline, enabled, last_change_id FROM tide.relay_list_configs() JOIN tide.relay_consumer_offsets ON pipeline_id = pipeline"
 
 log "the cluster keeps running; connect with: psql -h $PGHOST -p $PGPORT -U postgres"
 log "stop it with: runuser -u postgres -- $PG_BIN/pg_ctl -D $TIDE_CLUSTER/data stop"

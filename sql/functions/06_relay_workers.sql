@@ -31,20 +31,13 @@ COMMENT ON FUNCTION tide.relay_workers()
 REVOKE ALL ON FUNCTION tide.relay_workers() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_workers() TO tide_admin, tide_reader;
 
--- Whether the relay serves this database, and if not why (relay/database_state.c):
--- state 'served' when at least one relay worker serves it; otherwise one of
--- 'not_preloaded', 'standby', 'relay_off', 'paused', 'update_needed',
--- 'library_older', 'no_worker_slot', 'starting'. Reads shared memory only.
-CREATE OR REPLACE FUNCTION tide._relay_database_state(
-	OUT state text,
-	OUT workers integer,
-	OUT wanted integer,
-	OUT detail text)
+-- Whether a relay worker serves this database, and why not: the one place
+-- that decides it (relay/serving.c), for relay_pipeline_status.
+CREATE OR REPLACE FUNCTION tide._relay_serving_state(OUT state text, OUT reason text)
 RETURNS record
-AS 'MODULE_PATHNAME', 'tide_relay_database_state'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION tide._relay_database_state()
-	IS 'whether the relay serves the current database: state ''served'', or why not (not_preloaded, standby, relay_off, paused, update_needed, library_older, no_worker_slot, starting); workers serving it, workers wanted, and a detail';
-REVOKE ALL ON FUNCTION tide._relay_database_state() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_database_state() TO tide_admin, tide_reader;
+AS 'MODULE_PATHNAME', 'tide_relay_serving_state'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._relay_serving_state()
+	IS 'internal: ''serving'' when a relay worker delivers in this database, else ''stopped'' and the reason (the relay off, no worker, the catalog waiting for ALTER EXTENSION pg_tide UPDATE)';
+REVOKE ALL ON FUNCTION tide._relay_serving_state() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_serving_state() TO tide_admin, tide_reader;

@@ -248,7 +248,7 @@ REVOKE ALL ON FUNCTION tide.relay_get_config(text) FROM PUBLIC, tide_admin, tide
 GRANT EXECUTE ON FUNCTION tide.relay_get_config(text) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.relay_list_configs()
-RETURNS TABLE (name text, enabled boolean, outbox text, consumer_group text, sink_type text, config jsonb)
+RETURNS TABLE (pipeline text, enabled boolean, outbox text, consumer_group text, sink_type text, config jsonb)
 LANGUAGE sql STABLE
 AS $$
 	SELECT c.name, c.enabled, c.config ->> 'outbox', c.config ->> 'consumer_group',

@@ -4,7 +4,8 @@
 -- relay_pipeline_health, publishes operator events when the failures in a
 -- row reach 50, 70, 90 and 100 % of the pipeline's alerts.failure_threshold
 -- and when retries run out, and disables the pipeline at the threshold when
--- alerts.auto_disable is set. Events go to the outbox that
+-- alerts.auto_disable is set. A recorded batch also ends the worker's hold
+-- of the pipeline (relay/pipeline_state.c). Events go to the outbox that
 -- pg_tide.operator_events_outbox names (none when empty), with the header
 -- "type" so that a pipeline can route them, for example to a pager.
 -- ---------------------------------------------------------------------------
@@ -65,6 +66,10 @@ BEGIN
 		   last_error = CASE WHEN p_failures > 0 THEN p_error ELSE h.last_error END,
 		   breaker = EXCLUDED.breaker,
 		   filtered = h.filtered + EXCLUDED.filtered,
+		   -- A batch is leased only once the worker's hold is over (and
+		   -- a hold this batch starts is recorded after it).
+		   held_until = NULL,
+		   held_reason = NULL,
 		   updated_at = now()
 	RETURNING consecutive_failures INTO now_failing;
 

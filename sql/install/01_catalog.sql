@@ -209,7 +209,11 @@ COMMENT ON TABLE tide.relay_attempts
 -- A pipeline's health as its relay worker last recorded it, in the
 -- transaction that records each batch: failures in a row since the last
 -- success, when each last happened, the last error, the circuit breaker's
--- state and how many messages its routing passed over.
+-- state and how many messages its routing passed over. And what only the
+-- worker knows (relay/pipeline_state.c): whether it holds the pipeline
+-- (since and until when, and why; a batch recorded after the hold ends
+-- clears it), and whether its last turn ended in an ERROR (the message,
+-- since when, how many turns in a row; a turn without one clears it).
 CREATE TABLE tide.relay_pipeline_health (
 	pipeline_id				text PRIMARY KEY,
 	consecutive_failures	int NOT NULL DEFAULT 0,
@@ -220,11 +224,17 @@ CREATE TABLE tide.relay_pipeline_health (
 	last_error				text,
 	breaker					text,
 	filtered				bigint NOT NULL DEFAULT 0,
-	updated_at				timestamptz NOT NULL DEFAULT now()
+	updated_at				timestamptz NOT NULL DEFAULT now(),
+	held_since				timestamptz,
+	held_until				timestamptz,
+	held_reason				text,
+	turn_error				text,
+	turn_error_since		timestamptz,
+	turn_errors				int NOT NULL DEFAULT 0
 );
 
 COMMENT ON TABLE tide.relay_pipeline_health
-	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error';
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn';
 
 -- User data survives pg_dump.
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');

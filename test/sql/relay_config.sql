@@ -63,11 +63,11 @@ SELECT tide.relay_set_outbox('rc_creds', 'rc_payments', 'rc_creds_group', $${
 SELECT key AS header, value AS shown
   FROM jsonb_each(tide.relay_get_config('rc_creds') -> 'headers') ORDER BY lower(key);
 SELECT config = tide.relay_get_config('rc_creds') AS list_redacts_the_same
-  FROM tide.relay_list_configs() WHERE name = 'rc_creds';
+  FROM tide.relay_list_configs() WHERE pipeline = 'rc_creds';
 ROLLBACK;
 
 -- list
-SELECT name, enabled, outbox, consumer_group, sink_type,
+SELECT pipeline, enabled, outbox, consumer_group, sink_type,
 	   config -> 'signing_secret' AS secret, config -> 'headers' ->> 'X-Tenant' AS tenant
   FROM tide.relay_list_configs();
 
@@ -93,14 +93,14 @@ SELECT xmin::text = :'row_version' AS unchanged FROM tide.relay_outbox_config WH
 -- moving a pipeline to another outbox and a new group
 SELECT tide.relay_set_outbox('rc_hook', 'rc_payments', 'rc_hook_group2',
 							 '{"sink_type": "webhook", "url": "https://example.com/v3"}');
-SELECT name, outbox, consumer_group FROM tide.relay_list_configs() WHERE name = 'rc_hook';
+SELECT pipeline, outbox, consumer_group FROM tide.relay_list_configs() WHERE pipeline = 'rc_hook';
 
 -- enable, disable
 SELECT tide.relay_enable('rc_hook');
 SELECT tide.relay_enable('rc_hook');
 SELECT tide.relay_disable('rc_full');
 SELECT tide.relay_disable('rc_full');
-SELECT name, enabled FROM tide.relay_list_configs();
+SELECT pipeline, enabled FROM tide.relay_list_configs();
 SELECT pg_temp.try($$SELECT tide.relay_enable('nope')$$);
 SELECT pg_temp.try($$SELECT tide.relay_disable('nope')$$);
 SELECT pg_temp.try($$SELECT tide.relay_enable(NULL)$$);
@@ -150,7 +150,7 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "http://a.example/", "allow_http": false}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_upper', 'rc_orders', 'rc_upper_group', '{"sink_type": "webhook", "url": "HTTPS://A.example:443/x?a=1#y"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_http', 'rc_orders', 'rc_http_group', '{"sink_type": "webhook", "url": "http://localhost:8080", "allow_http": true}')$$);
-SELECT name, config ->> 'url' AS url FROM tide.relay_list_configs() WHERE name IN ('rc_upper', 'rc_http');
+SELECT pipeline, config ->> 'url' AS url FROM tide.relay_list_configs() WHERE pipeline IN ('rc_upper', 'rc_http');
 
 -- mode, signature
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "mode": "stream"}')$$);
@@ -299,7 +299,3 @@ SELECT tide.outbox_drop('rc_payments');
 SELECT current_setting('pg_tide.relay_enabled') AS relay_enabled;
 SELECT count(*) AS workers FROM tide.relay_workers();
 SELECT pg_get_function_arguments('tide.relay_workers()'::regprocedure) AS columns;
-
--- tide._relay_database_state(): with the relay off, this database is not
--- served, and says why.
-SELECT state, workers, wanted, detail FROM tide._relay_database_state();

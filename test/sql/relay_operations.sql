@@ -26,7 +26,7 @@ SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'op_
 -- the status views with nothing delivered yet
 SELECT pipeline, outbox, consumer_group, delivered_upto, lag_messages, lag_age IS NOT NULL AS has_age
   FROM tide.relay_pipeline_lag;
-SELECT pipeline, enabled, sink_type, outbox, health, consecutive_failures, offset_id, lag_messages,
+SELECT pipeline, enabled, sink_type, outbox, health, reason, next_attempt_at, consecutive_failures, offset_id, lag_messages,
 	   in_flight, retry_queue, dead_letters, last_success_at, last_error, delivered_last_minute
   FROM tide.relay_pipeline_status;
 
@@ -51,7 +51,7 @@ DELETE FROM tide.relay_retry_queue;
 -- the threshold (10), auto-disable at 100 %, and a retries_exhausted event
 SET pg_tide.operator_events_outbox = 'op_events';
 SELECT tide._relay_after_batch('op_hook', 4, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
-SELECT health, consecutive_failures, last_status, last_error_class FROM tide.relay_pipeline_status;
+SELECT health, reason, consecutive_failures, last_status, last_error_class FROM tide.relay_pipeline_status;
 SELECT tide._relay_after_batch('op_hook', 1, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
 SELECT tide._relay_after_batch('op_hook', 4, 0, 503, 'http_5xx', 'HTTP status 503', '{41}');
 SELECT tide._relay_after_batch('op_hook', 1, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
@@ -75,6 +75,29 @@ SET pg_tide.operator_events_outbox = 'op_nowhere';
 SELECT tide.relay_disable('op_hook');
 RESET pg_tide.operator_events_outbox;
 SELECT count(*) AS events FROM tide.tide_outbox_messages WHERE outbox_name = 'op_events';
+
+-- health without a worker: this cluster runs with pg_tide.relay_enabled =
+-- off, so an enabled pipeline is 'stopped', with the reason, before the
+-- states the worker records (error, held, failing), and a disabled one is
+-- 'disabled' before that; neither has a next attempt
+SELECT * FROM tide._relay_serving_state();
+SELECT tide.relay_enable('op_hook');
+SELECT tide._relay_after_batch('op_hook', 2, 0, 503, 'http_5xx', 'HTTP status 503', '{}');
+UPDATE tide.relay_pipeline_health
+   SET held_since = now(), held_until = now() + interval '1 hour',
+	   held_reason = 'the destination failed at message 1: http_5xx: HTTP status 503',
+	   turn_error = 'could not extend file', turn_error_since = now(), turn_errors = 1
+ WHERE pipeline_id = 'op_hook';
+SELECT health, reason, next_attempt_at, held_until > now() AS held_ahead, turn_error, consecutive_failures
+  FROM tide.relay_pipeline_status;
+SELECT tide.relay_disable('op_hook');
+SELECT health, reason, next_attempt_at FROM tide.relay_pipeline_status;
+SELECT tide.relay_enable('op_hook');
+-- a recorded batch ends the hold (a batch is leased only after it); the
+-- turn's error stays until a turn ends without one
+SELECT tide._relay_after_batch('op_hook', 0, 1, NULL, NULL, NULL, '{}');
+SELECT held_since IS NOT NULL AS held_before, held_until, held_reason, turn_error, turn_errors
+  FROM tide.relay_pipeline_health;
 
 SELECT tide.relay_delete('op_hook');
 SELECT count(*) AS health_rows FROM tide.relay_pipeline_health;

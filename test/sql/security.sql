@@ -310,7 +310,7 @@ SELECT tide.relay_set_outbox('sec_hook', 'sec_orders', 'sec_hook_group', $${
 }$$);
 SET ROLE regress_sec_admin;
 SELECT jsonb_pretty(tide.relay_get_config('sec_hook') - 'alerts' - 'retry');
-SELECT config -> 'signing_secret' AS listed FROM tide.relay_list_configs() WHERE name = 'sec_hook';
+SELECT config -> 'signing_secret' AS listed FROM tide.relay_list_configs() WHERE pipeline = 'sec_hook';
 RESET ROLE;
 SET ROLE regress_sec_reader;
 SELECT pg_temp.try($$SELECT config FROM tide.relay_outbox_config$$);

@@ -36,6 +36,13 @@ foreach my $call (
 	like($stderr, qr/HINT:  Add pg_tide to shared_preload_libraries/, "hint: $call");
 }
 
+# The status view works and says why nothing is delivered.
+$node->safe_psql('postgres',
+	q{SELECT tide.relay_set_outbox('to_file', 'orders', 'to_file', '{"sink_type": "file", "path": "/dev/null"}')});
+is($node->safe_psql('postgres', "SELECT health || ': ' || reason FROM tide.relay_pipeline_status"),
+	'stopped: pg_tide is not in shared_preload_libraries', 'relay_pipeline_status: stopped, and why');
+$node->safe_psql('postgres', "SELECT tide.relay_delete('to_file')");
+
 is($node->safe_psql('postgres', 'SELECT count(*) FROM tide.tide_outbox_messages'),
 	'0', 'nothing was written');
 

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode;
+use PgTide::TestNode qw(tide_node disk_full);
 use PgTide::Receiver;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
@@ -82,13 +82,7 @@ set_pipeline('hook', 'orders', '/hook');
 # No attempt log: its records do not touch the failing table.
 set_pipeline('other', 'other', '/other', attempt_log => JSON::PP::false);
 
-$node->safe_psql('postgres', q{
-	CREATE FUNCTION public.disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
-	BEGIN
-		RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full';
-	END $$;
-	CREATE TRIGGER disk_full BEFORE INSERT ON tide.relay_attempts
-		FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()});
+disk_full($node, 'tide.relay_attempts');
 
 my $log_offset = -s $node->logfile;
 my @ids = publish('orders', 5);

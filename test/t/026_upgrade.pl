@@ -77,21 +77,26 @@ sub populate
 		SELECT tide.relay_disable('hook')");
 }
 
-# Rows and a digest of every table of the extension and of the inbox.
+# Rows and a digest of every table of the extension and of the inbox, over
+# the columns of $columns (table => column list; every column when not
+# given, so that the columns an update adds do not change the digest);
+# returns the states and the columns used.
 sub table_states
 {
-	my ($db) = @_;
+	my ($db, $columns) = @_;
 	my @tables = split /\n/, sql($db, q{
 		SELECT c.oid::regclass FROM pg_class c
 		 WHERE c.relnamespace IN ('tide'::regnamespace, 'app'::regnamespace) AND c.relkind = 'r'
 		 ORDER BY 1::text});
-	my %state;
+	my (%state, %cols);
 	for my $t (@tables)
 	{
-		$state{$t} = sql($db, "SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '')
+		$cols{$t} = $columns ? $columns->{$t} : sql($db, "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum)
+		                      FROM pg_attribute WHERE attrelid = '$t'::regclass AND attnum > 0 AND NOT attisdropped");
+		$state{$t} = sql($db, "SELECT count(*) || ' ' || coalesce(md5(string_agg(ROW($cols{$t})::text, ',' ORDER BY ROW($cols{$t})::text)), '')
 		                         FROM $t t");
 	}
-	return \%state;
+	return (\%state, \%cols);
 }
 
 # The extension's objects as pg_dump --binary-upgrade shows them (it dumps
@@ -131,7 +136,7 @@ populate('fresh');
 $node->safe_psql('postgres', 'CREATE DATABASE upgraded');
 sql('upgraded', "CREATE EXTENSION pg_tide VERSION '0.1.0'");
 populate('upgraded');
-my $before = table_states('upgraded');
+my ($before, $columns_before) = table_states('upgraded');
 my @empty = grep { $before->{$_} =~ /^0 / } sort keys %$before;
 is("@empty", '', 'every table has rows before the update');
 ok(keys %$before >= 16, 'the tables looked at: ' . scalar(keys %$before));
@@ -156,11 +161,15 @@ ok(wait_until(sub { sql('postgres', 'SELECT count(*) FROM tide.relay_workers()')
 sql('upgraded', 'ALTER EXTENSION pg_tide UPDATE');
 is(sql('upgraded', "SELECT extversion FROM pg_extension WHERE extname = 'pg_tide'"), $current,
 	"updated to $current");
-my $after = table_states('upgraded');
+my ($after) = table_states('upgraded', $columns_before);
 for my $t (sort keys %$before)
 {
 	is($after->{$t}, $before->{$t}, "$t: every row kept");
 }
+# The columns 0.2.0 adds to rows that were there: no hold, no turn error.
+is(sql('upgraded', q{SELECT string_agg(concat_ws(' ', pipeline_id, held_since, held_until, held_reason,
+		turn_error, turn_error_since, turn_errors), ',') FROM tide.relay_pipeline_health}),
+	'to_file 0', 'relay_pipeline_health: the new columns of an old row say no hold and no error');
 $node->append_conf('postgresql.conf', "pg_tide.relay_enabled = on\n");
 $node->reload;
 

@@ -9,7 +9,7 @@ use PostgreSQL::Test::Cluster;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until);
+our @EXPORT_OK = qw(wait_until disk_full);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -39,6 +39,25 @@ sub wait_until
 		usleep($step // 20_000);
 	}
 	return undef;
+}
+
+# disk_full($node, $table, $events): makes every statement that writes table
+# $table (events 'INSERT' unless given, e.g. 'INSERT OR UPDATE') fail as on
+# a full disk ("could not extend file: No space left on device", SQLSTATE
+# 53100), with a trigger named disk_full; DROP TRIGGER disk_full ON $table
+# ends it. What a full tablespace under the table did in a manual run
+# (docs/relay.md, "Disk full and out of connections").
+sub disk_full
+{
+	my ($node, $table, $events) = @_;
+	$events //= 'INSERT';
+	$node->safe_psql('postgres', qq{
+		CREATE OR REPLACE FUNCTION public.disk_full() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN
+			RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full';
+		END \$\$;
+		CREATE TRIGGER disk_full BEFORE $events ON $table
+			FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()});
 }
 
 1;

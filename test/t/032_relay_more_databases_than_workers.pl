@@ -1,7 +1,7 @@
 # More databases with pg_tide than pg_tide.max_relay_workers allows: the
 # database left without a worker is logged once (with its name, the limit
-# and a hint), not on every launcher pass; tide._relay_database_state()
-# there says no_worker_slot; when the other database drops pg_tide, the
+# and a hint), not on every launcher pass; tide._relay_serving_state() and
+# tide.relay_pipeline_status there say stopped, no relay worker slot free; when the other database drops pg_tide, the
 # waiting one gets the worker, the launcher logs that, and it delivers. With
 # relay_workers_per_database = 2, a database's second worker makes room for
 # a database that has none. A worker that stops on an error waits out its
@@ -34,7 +34,7 @@ sub wait_for_state
 {
 	my ($db, $state) = @_;
 	my $seen = '';
-	wait_until(sub { ($seen = sql($db, 'SELECT state FROM tide._relay_database_state()')) eq $state }, 30, 100_000);
+	wait_until(sub { ($seen = sql($db, 'SELECT state FROM tide._relay_serving_state()')) eq $state }, 30, 100_000);
 	return $seen;
 }
 
@@ -42,7 +42,7 @@ my $unserved = qr/LOG:  pg_tide relay has no worker for database "app": all 1 re
 my $hint = qr/HINT:  Raise pg_tide.max_relay_workers and max_worker_processes/;
 my $served_again = qr/LOG:  pg_tide relay has a worker for database "app" again/;
 
-is(wait_for_state('postgres', 'served'), 'served', 'database postgres is served by the one worker');
+is(wait_for_state('postgres', 'serving'), 'serving', 'database postgres is served by the one worker');
 
 sql('postgres', 'CREATE DATABASE app');
 sql('app', 'CREATE EXTENSION pg_tide');
@@ -53,10 +53,12 @@ sql('app', "SELECT tide.outbox_publish('orders', '{\"n\": 1}')");
 
 ok(wait_until(sub { log_count($unserved) > 0 }, 30), 'the launcher logs that database app has no worker');
 like(slurp_file($node->logfile), qr/$unserved.*\n(.*\n)?.*$hint/, 'with a hint to raise the limits');
-is(sql('app', 'SELECT state || \' \' || workers || \' \' || wanted FROM tide._relay_database_state()'),
-	'no_worker_slot 0 1', 'tide._relay_database_state() in app: no_worker_slot');
-like(sql('app', 'SELECT detail FROM tide._relay_database_state()'), qr/pg_tide\.max_relay_workers/,
-	'its detail names the setting');
+is(sql('app', 'SELECT state || \': \' || reason FROM tide._relay_serving_state()'),
+	'stopped: no relay worker slot is free (pg_tide.max_relay_workers = 1)',
+	'tide._relay_serving_state() in app: stopped, no slot free');
+is(sql('app', "SELECT health || ': ' || reason FROM tide.relay_pipeline_status WHERE pipeline = 'to_file'"),
+	'stopped: no relay worker slot is free (pg_tide.max_relay_workers = 1)',
+	'relay_pipeline_status in app: the pipeline is stopped, and why');
 # The launcher looks every 3 s; four more passes log nothing more.
 sleep(12);
 is(log_count($unserved), 1, 'logged once, not on every pass');
@@ -65,7 +67,7 @@ is(sql('app', 'SELECT count(*) FROM tide.relay_workers() WHERE database = \'app\
 
 # postgres drops pg_tide: its worker leaves, app gets the slot and delivers.
 sql('postgres', 'DROP EXTENSION pg_tide');
-is(wait_for_state('app', 'served'), 'served', 'app is served once postgres has dropped pg_tide');
+is(wait_for_state('app', 'serving'), 'serving', 'app is served once postgres has dropped pg_tide');
 ok(wait_until(sub { log_count($served_again) == 1 }, 10), 'the launcher logs that app has a worker again');
 ok(wait_until(sub { -s "$dir/app.jsonl" }, 20), 'and app delivers its message');
 
@@ -78,7 +80,7 @@ ok( wait_until(
 		30),
 	'app has two workers with two slots');
 sql('postgres', 'CREATE EXTENSION pg_tide');
-is(wait_for_state('postgres', 'served'), 'served', 'postgres is served too');
+is(wait_for_state('postgres', 'serving'), 'serving', 'postgres is served too');
 is(sql('postgres', "SELECT string_agg(database || ':' || worker_index, ' ' ORDER BY database)
 					  FROM tide.relay_workers()"), 'app:0 postgres:0',
 	'app gave up its second worker: one each');
@@ -100,6 +102,6 @@ ok(wait_until(sub { log_count($errors) > $before }, 10), 'the worker of app stop
 sleep(7);
 is(log_count($errors), $before + 1, 'and is not started again within its back-off');
 sql('app', 'DROP TRIGGER refuse ON tide.relay_pipeline_health');
-is(wait_for_state('app', 'served'), 'served', 'once the error is gone, app is served again');
+is(wait_for_state('app', 'serving'), 'serving', 'once the error is gone, app is served again');
 
 done_testing();

@@ -1,0 +1,194 @@
+/*
+ * pipeline_state.c
+ *		What only the relay worker knows about a pipeline, written where
+ *		relay_pipeline_status can read it (relay_pipeline_health): that the
+ *		worker holds the pipeline (since when, until when, why) and that
+ *		the pipeline's last turn ended in an ERROR (the message, since when,
+ *		how many turns in a row).
+ *
+ * The worker keeps this state in its memory (worker.c); these functions
+ * copy its changes into the catalog, each in a short transaction of its own,
+ * and only when the state changes: a hold starts (or is renewed after
+ * another failed attempt), a turn ends in an ERROR, the first turn without
+ * one follows. A hold ends when the next batch is recorded: that record's
+ * transaction clears it (tide._relay_after_batch), since a batch is only
+ * leased once the hold is over. A worker that starts has no holds and no
+ * errors in memory, so it clears whatever an earlier worker recorded.
+ *
+ * After an ERROR the turn's transaction is aborted and the cause may still
+ * be there (a full disk): a write that fails here is logged and given up,
+ * never raised, so it cannot turn one pipeline's trouble into the worker's.
+ * Nothing is written while a DROP EXTENSION holds the table.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "pg_tide.h"
+#include "relay.h"
+
+/* Longest turn error kept, in bytes (an ERROR's message can be long). */
+#define TURN_ERROR_MAX_BYTES	1024
+
+/* The statements, planned once. */
+static SPIPlanPtr hold_plan = NULL;
+static SPIPlanPtr turn_error_plan = NULL;
+static SPIPlanPtr turn_ok_plan = NULL;
+static SPIPlanPtr forget_plan = NULL;
+
+/*
+ * Runs one planned statement in a short transaction of its own; the
+ * caller's memory context is kept. An ERROR is logged with what was being
+ * recorded and then dropped, and false returned.
+ */
+static bool
+run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
+				Datum *values, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool done = false;
+
+	PG_TRY();
+	{
+		RelayBeginShortXact("pg_tide relay: recording a pipeline's state");
+		if (RelayTryLockTable("relay_pipeline_health", RowExclusiveLock))
+		{
+			if (SPI_execute_plan(TidePlan(plan, sql, nargs, types), values, NULL,
+								 false, 0) < 0)
+				elog(ERROR, "could not record %s", what);
+			done = true;
+		}
+		RelayEndShortXact(cxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		ereport(LOG,
+				(errmsg("pg_tide relay could not record %s: %s", what, edata->message),
+				 errdetail("relay_pipeline_status may not show it until the next change.")));
+		FreeErrorData(edata);
+		done = false;
+	}
+	PG_END_TRY();
+	return done;
+}
+
+/*
+ * Records that the worker holds pipeline `p` at message `m`, whose attempt
+ * ended as `o`, until `until` (0: until its next pass, after the naptime);
+ * `holds` is the attempt in a row while held, the first starts held_since.
+ */
+void
+RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessageOutcome *o,
+				TimestampTz until, int holds)
+{
+	Oid			types[4] = {TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID};
+	Datum		values[4];
+	char	   *reason;
+	char	   *what = psprintf("the hold of pipeline \"%s\"", p->name);
+
+	if (until == 0)
+		until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RelayNaptimeMs);
+	if (p->strict && o->outcome != RELAY_UNREACHABLE)
+		reason = psprintf("ordering is strict and message " INT64_FORMAT " failed: %s",
+						  m->id, o->error);
+	else
+		reason = psprintf("the destination failed at message " INT64_FORMAT ": %s",
+						  m->id, o->error);
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = TimestampTzGetDatum(until);
+	values[2] = Int32GetDatum(holds);
+	values[3] = CStringGetTextDatum(reason);
+	run_in_own_xact(&hold_plan,
+					"INSERT INTO tide.relay_pipeline_health AS h"
+					"  (pipeline_id, held_since, held_until, held_reason)"
+					" VALUES ($1, pg_catalog.now(), $2, $4)"
+					" ON CONFLICT (pipeline_id) DO UPDATE"
+					"   SET held_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1 OR h.held_since IS NULL"
+					"                         THEN pg_catalog.now() ELSE h.held_since END,"
+					"       held_until = $2, held_reason = $4, updated_at = pg_catalog.now()",
+					4, types, values, what);
+}
+
+/*
+ * Records that pipeline `p`'s turn ended in an ERROR with `message` (turn
+ * `errors` in a row: the first starts turn_error_since), and that the
+ * worker holds the pipeline until `until` because of it.
+ */
+void
+RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors, TimestampTz until)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		clean[TURN_ERROR_MAX_BYTES];
+	char	   *what = psprintf("the error of pipeline \"%s\"", p->name);
+
+	RelayCleanText(clean, sizeof(clean), message, strlen(message));
+	values[0] = CStringGetTextDatum(p->name);
+	values[1] = CStringGetTextDatum(clean);
+	values[2] = Int32GetDatum(errors);
+	values[3] = TimestampTzGetDatum(until);
+	run_in_own_xact(&turn_error_plan,
+					"INSERT INTO tide.relay_pipeline_health AS h"
+					"  (pipeline_id, turn_error, turn_error_since, turn_errors,"
+					"   held_since, held_until, held_reason)"
+					" VALUES ($1, $2, pg_catalog.now(), $3, pg_catalog.now(), $4,"
+					"         'its last turn ended in an error')"
+					" ON CONFLICT (pipeline_id) DO UPDATE"
+					"   SET turn_error = $2, turn_errors = $3,"
+					"       turn_error_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1"
+					"                                 OR h.turn_error_since IS NULL"
+					"                               THEN pg_catalog.now() ELSE h.turn_error_since END,"
+					"       held_since = pg_catalog.now(), held_until = $4,"
+					"       held_reason = 'its last turn ended in an error', updated_at = pg_catalog.now()",
+					4, types, values, what);
+}
+
+/*
+ * Records that pipeline `p`'s turn ended without an ERROR, after turns that
+ * did: its error is cleared. The worker calls it only then.
+ */
+void
+RelayRecordTurnOk(const RelayPipeline *p)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *what = psprintf("the recovery of pipeline \"%s\"", p->name);
+
+	values[0] = CStringGetTextDatum(p->name);
+	run_in_own_xact(&turn_ok_plan,
+					"UPDATE tide.relay_pipeline_health"
+					"   SET turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
+					"       updated_at = pg_catalog.now()"
+					" WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND turn_error IS NOT NULL",
+					1, types, values, what);
+}
+
+/*
+ * Clears every hold and turn error an earlier worker of this database
+ * recorded: a worker that starts holds nothing and knows of no error.
+ * Returns false when it could not (the caller tries again on its next
+ * pass).
+ */
+bool
+RelayForgetPipelineStates(void)
+{
+	return run_in_own_xact(&forget_plan,
+						   "UPDATE tide.relay_pipeline_health"
+						   "   SET held_since = NULL, held_until = NULL, held_reason = NULL,"
+						   "       turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
+						   "       updated_at = pg_catalog.now()"
+						   " WHERE held_until IS NOT NULL OR turn_error IS NOT NULL",
+						   0, NULL, NULL, "the end of an earlier worker's holds");
+}
