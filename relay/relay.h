@@ -264,7 +264,7 @@ extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
 extern void RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors,
 								 TimestampTz until);
 extern void RelayRecordTurnOk(const RelayPipeline *p);
-extern bool RelayForgetPipelineStates(void);
+extern bool RelayForgetPipelineStates(List *pipelines);
 
 /* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

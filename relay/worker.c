@@ -783,7 +783,7 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 
 	/* This worker holds nothing yet: an earlier one's holds are over (pipeline_state.c). */
 	if (current && !forgot_earlier_states)
-		forgot_earlier_states = RelayForgetPipelineStates();
+		forgot_earlier_states = RelayForgetPipelineStates(pipelines);
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
 	if (current)

@@ -151,5 +151,29 @@ ok( wait_until(
 		10),
 	'each pipeline has the same owner after the restart');
 
+# A worker that starts clears what earlier workers recorded for its own
+# pipelines only: the hold of a pipeline another worker keeps stays in
+# relay_pipeline_health. 'held0' hashes to worker 0 of 1 and of 2.
+set_workers(1);
+ok(wait_for_spread(1) || spread() =~ /^0:\d+$/, 'one worker again: ' . spread());
+my $nobody = PostgreSQL::Test::Cluster::get_free_port();
+sql("SELECT tide.relay_set_outbox('held0', 'orders', 'g_held0', jsonb_build_object(
+	  'sink_type', 'webhook', 'url', 'http://127.0.0.1:$nobody/held0', 'allow_http', true,
+	  'allow_private_network', true, 'retry', jsonb_build_object('base_ms', 60000, 'cap_ms', 60000)))");
+publish(1);
+ok( wait_until(
+		sub { sql("SELECT held_until > now() FROM tide.relay_pipeline_health WHERE pipeline_id = 'held0'") eq 't' },
+		20),
+	'held0 is held by worker 0');
+set_workers(2);
+ok( wait_until(
+		sub { sql("SELECT coalesce(min(passes), 0) > 3 FROM tide.relay_workers() WHERE database = 'postgres' HAVING count(*) = 2") eq 't' },
+		30),
+	'worker 1 has started and made its passes');
+is(sql("SELECT held_until > now() FROM tide.relay_pipeline_health WHERE pipeline_id = 'held0'"), 't',
+	'the hold of held0, still worker 0\'s, is still recorded');
+is(sql("SELECT health FROM tide.relay_pipeline_status WHERE pipeline = 'held0'"), 'held',
+	'relay_pipeline_status says held');
+
 $rcv->stop;
 done_testing();
