@@ -9,9 +9,9 @@
  * setting and shared memory (is pg_tide preloaded, is the server a
  * primary, is the relay on, is the database paused, does a slot hold a
  * worker of this database that has found pg_tide, is every slot taken, did
- * the launcher find no background worker free) and the catalog's version against
- * the library's (src/catalog_version.c), since a worker delivers nothing
- * while they differ. The checks go from the cause an operator fixes first
+ * the launcher find no background worker free) and the catalog's version
+ * against the library's (src/catalog_version.c), since a worker delivers
+ * nothing while they differ. The checks go from the cause an operator fixes first
  * to the last, so the reason names the first thing to fix.
  */
 #include "postgres.h"
