@@ -22,7 +22,7 @@ OBJS = \
 	relay/sink_file.o \
 	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
-	relay/clean_text.o \
+	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
 	relay/serving.o relay/pipeline_state.o

@@ -40,12 +40,25 @@
 #              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
 #              connections, and also 32
 #   BATCH_SIZE mode batch's batch_size (default 1000)
-# With the defaults it runs for about 8 minutes.
+#   WORKERS_PIPELINES, WORKERS_N, WORKERS_N_SLOW  the runs with several
+#              workers per database: pipelines (default 8) and messages
+#              per pipeline, to a receiver answering at once (default
+#              10000) and after 5 ms (default 2000)
+#   PARTS      "all" (default), or "workers" for those runs alone
+#   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
+#              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's)
+# With the defaults it runs for about 9 minutes.
+#
+# Several workers per database: WORKERS_PIPELINES pipelines (mode single,
+# each of its own outbox) with WORKERS_N messages each wait while disabled;
+# one commit enables them all; the rate is all their messages divided by the
+# time from that commit to the last one's record, once with
+# pg_tide.relay_workers_per_database = 1 and once with 2, round by round.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TIDE_CLUSTER=/tmp/pg_tide_bench_relay
-export TIDE_PORT=5497
+export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_relay}
+export TIDE_PORT=${TIDE_PORT:-5497}
 BENCH_NAME=relay.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
@@ -72,6 +85,10 @@ RATES=${RATES:-200 2000}
 OPEN_TX_SECONDS=${OPEN_TX_SECONDS:-60}
 CATCHUP_SIZES=${CATCHUP_SIZES:-100000 1000000}
 SINGLE_BATCH_SIZE=${SINGLE_BATCH_SIZE:-1000}
+WORKERS_PIPELINES=${WORKERS_PIPELINES:-8}
+WORKERS_N=${WORKERS_N:-10000}
+WORKERS_N_SLOW=${WORKERS_N_SLOW:-2000}
+PARTS=${PARTS:-all}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
@@ -446,6 +463,77 @@ SQL
 	drop_pipeline "$name"
 }
 
+# set_workers <n>: pg_tide.relay_workers_per_database = n, reloaded; waits
+# until the database has that many workers, the wake-up pipeline served.
+set_workers() {
+	psql_db -c "ALTER SYSTEM SET pg_tide.relay_workers_per_database = $1" -c "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 1 200); do
+		[ "$(psql_db -A -t -c "SELECT count(*) = $1 AND sum(pipelines) = 1 FROM tide.relay_workers() WHERE database = '$DB'")" = t ] && return
+		sleep 0.1
+	done
+	echo "relay.sh: $1 workers per database did not start" >&2
+	exit 1
+}
+
+# workers_throughput <case> <workers> <messages per pipeline> <receiver delay ms> <round>:
+# WORKERS_PIPELINES pipelines, enabled by one commit, delivered by
+# <workers> workers; appends "case round n seconds msg/s" and records it.
+workers_throughput() {
+	local case=$1 workers=$2 n=$3 delay=$4 round=$5 i names=() start end secs total spread
+	set_workers "$workers"
+	for i in $(seq 1 "$WORKERS_PIPELINES"); do
+		names+=("workers_$i")
+		drop_pipeline "workers_$i"
+		prepare_pipeline "workers_$i" "$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")" "$n" >/dev/null
+	done
+	total=$((n * WORKERS_PIPELINES))
+	control "$PORT" '{"reset": true}'
+	control "$PORT" "{\"delay_ms\": $delay}"
+	start=$(psql_db -A -t <<SQL
+BEGIN;
+SELECT tide.relay_enable(name) FROM tide.relay_outbox_config WHERE name LIKE 'workers\_%';
+SELECT tide.outbox_publish('wake', '{}');
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+)
+	start=$(echo "$start" | tail -n 1)
+	for _ in $(seq 1 6000); do
+		[ "$(psql_db -A -t -c "SELECT count(*) = $WORKERS_PIPELINES FROM tide.relay_consumer_offsets o
+			WHERE o.pipeline_id LIKE 'workers\_%' AND o.last_change_id >= (SELECT max(id) FROM tide.tide_outbox_messages m
+				WHERE m.outbox_name = o.pipeline_id)")" = t ] && break
+		sleep 0.05
+	done
+	end=$(psql_db -A -t -c "SELECT extract(epoch FROM max(updated_at)) FROM tide.relay_consumer_offsets WHERE pipeline_id LIKE 'workers\_%'")
+	spread=$(psql_db -A -t -c "SELECT string_agg(pipelines::text, '+' ORDER BY worker_index) FROM tide.relay_workers() WHERE database = '$DB'")
+	if [ "$(stats "$PORT" | jq '.requests - (.status["200"] // 0)')" -ne 0 ] || [ "$(stats "$PORT" | jq .requests)" -lt "$total" ]; then
+		echo "relay.sh: $case with $workers workers: not every message delivered with a 200: $(stats "$PORT")" >&2
+		exit 1
+	fi
+	secs=$(awk "BEGIN { print $end - $start }")
+	printf '%s\t%s\t%s\t%s\t%s\n' "workers_${case}_w$workers" "$round" "$total" "$secs" "$(awk "BEGIN { print $total / $secs }")" >>"$RESULTS"
+	bench_record relay_workers "$case, $workers per database" "$round" "$(awk "BEGIN { print $total / $secs }")"
+	printf '  %-22s round %s  %7d messages in %6.3f s  %8.0f msg/s  (pipelines per worker %s)\n' \
+		"$case, $workers workers" "$round" "$total" "$secs" "$(awk "BEGIN { print $total / $secs }")" "$spread"
+	control "$PORT" '{"delay_ms": 0}'
+	for i in "${names[@]}"; do drop_pipeline "$i"; done
+}
+
+# workers_rounds: the runs with 1 and 2 workers per database, each round
+# both, alternating which goes first.
+workers_rounds() {
+	local round first second
+	log "$REPEATS rounds: $WORKERS_PIPELINES pipelines of $WORKERS_N messages (receiver at once) and of $WORKERS_N_SLOW (receiver after 5 ms), 1 and 2 workers per database"
+	for round in $(seq 1 "$REPEATS"); do
+		if [ $((round % 2)) = 1 ]; then first=1; second=2; else first=2; second=1; fi
+		workers_throughput fast "$first" "$WORKERS_N" 0 "$round"
+		workers_throughput fast "$second" "$WORKERS_N" 0 "$round"
+		workers_throughput slow_5ms "$first" "$WORKERS_N_SLOW" 5 "$round"
+		workers_throughput slow_5ms "$second" "$WORKERS_N_SLOW" 5 "$round"
+	done
+	set_workers 1
+}
+
 # A real request of the relay, for wrk: one message through a logging run.
 log "taking a sample request from the relay"
 psql_db -c "SELECT tide.outbox_create('sample', p_inline_threshold => 2000000000)" \
@@ -472,6 +560,11 @@ printf 'a request: %s bytes of body, headers %s\n' "$(jq -r '.body | length' "$T
 	"$(jq -r '.headers | keys | join(", ")' "$TIDE_CLUSTER/sample.json")"
 
 : >"$RESULTS"
+if [ "$PARTS" = workers ]; then
+	workers_rounds
+	bench_summary
+	exit 0
+fi
 SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
 SIGNED_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" signed)
 BATCH_CFG=$(pipeline_config batch "$BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
@@ -499,6 +592,7 @@ for round in $(seq 1 "$REPEATS"); do
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
+workers_rounds
 cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
 bench_summary
 

@@ -259,6 +259,23 @@ publish_rows() {
 	echo
 	echo "![catch-up rate](results/catchup.png)"
 	echo
+	echo "### Several workers per database"
+	echo
+	echo "Eight pipelines in one database (mode single, each of its own outbox) wait while disabled;"
+	echo "one commit enables them all; the rate is all their messages divided by the time to deliver"
+	echo "them, with \`pg_tide.relay_workers_per_database\` 1 and 2, both in each round. The receiver"
+	echo "answers at once (10,000 messages per pipeline) or after 5 ms (2,000 per pipeline)."
+	echo
+	echo "| receiver | 1 worker, msg/s | 2 workers, msg/s | 2 workers / 1 |"
+	echo "|---|---:|---:|---:|"
+	for c in "fast at once" "slow_5ms after 5 ms"; do
+		set -- $c
+		printf '| %s | %s | %s | %s |\n' "${c#* }" \
+			"$(cell %.0f $(stat relay.sh relay_workers "$1, 1 per database"))" \
+			"$(cell %.0f $(stat relay.sh relay_workers "$1, 2 per database"))" \
+			"$(cell %.3f $(ratio relay.sh relay_workers "$1, 2 per database" relay_workers "$1, 1 per database"))"
+	done
+	echo
 	echo "### Latency from commit to receipt"
 	echo
 	echo "pgbench publishes one message per transaction at a steady rate (one client per 500 msg/s:"

@@ -278,8 +278,10 @@ RelayInstallHooks(void)
 
 /*
  * tide.relay_workers(): one row per running relay worker in the cluster,
- * with its counters. A worker that is still looking whether its database
- * has pg_tide (and leaves at once if not) is not shown.
+ * with its counters, its worker_index and how many pipelines it serves. A
+ * worker that is still looking whether its database has pg_tide (and
+ * leaves at once if not) is not shown. A catalog of 0.1.0 declares only
+ * the first five columns; the library fills what the catalog declares.
  */
 Datum
 tide_relay_workers(PG_FUNCTION_ARGS)
@@ -292,12 +294,14 @@ tide_relay_workers(PG_FUNCTION_ARGS)
 	for (int i = 0; i < Relay->nslots; i++)
 	{
 		RelayWorkerSlot *slot = &Relay->slots[i];
-		Datum		values[5];
-		bool		nulls[5] = {false};
+		Datum		values[7];
+		bool		nulls[7] = {false};
 		bool		running;
 		Oid			dboid;
 		pid_t		pid;
 		TimestampTz started_at;
+		int			worker_index;
+		int			npipelines;
 		char	   *datname;
 
 		SpinLockAcquire(&Relay->mutex);
@@ -306,6 +310,8 @@ tide_relay_workers(PG_FUNCTION_ARGS)
 		dboid = slot->dboid;
 		pid = slot->pid;
 		started_at = slot->started_at;
+		worker_index = slot->worker_index;
+		npipelines = slot->npipelines;
 		SpinLockRelease(&Relay->mutex);
 		/* A worker shows once its first pass found pg_tide in its database. */
 		if (!running)
@@ -320,6 +326,9 @@ tide_relay_workers(PG_FUNCTION_ARGS)
 		values[2] = TimestampTzGetDatum(started_at);
 		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->passes));
 		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->wakeups));
+		values[5] = Int32GetDatum(worker_index);
+		values[6] = Int32GetDatum(npipelines);
+		Assert(rsinfo->setDesc->natts <= (int) lengthof(values));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -1,9 +1,10 @@
 /*
  * launcher.c
  *		The relay launcher: one background worker, connected to no database,
- *		that keeps one relay worker running per database where pg_tide is
- *		installed, and the relay's shared memory and settings. What ordinary
- *		backends do to talk to it is in backend.c.
+ *		that keeps pg_tide.relay_workers_per_database relay workers running
+ *		per database where pg_tide is installed, and the relay's shared
+ *		memory and settings. What ordinary backends do to talk to it is in
+ *		backend.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -17,10 +18,15 @@
  *	  forget the databases that are gone.
  * 4. Start a worker for every connectable, non-template database that has
  *	  none, is not known to lack pg_tide, is not paused and did not just
- *	  fail, up to pg_tide.max_relay_workers.
+ *	  fail, up to pg_tide.max_relay_workers; then, with the slots left, the
+ *	  further workers of the databases that have pg_tide, each with the
+ *	  lowest worker_index missing (ownership.c shares out the pipelines).
+ *	  A database left without a worker for RELAY_UNSERVED_GRACE_MS is
+ *	  logged, once, and again when it gets one.
  *
  * Workers end on their own: SIGTERM, pg_tide.relay_enabled = off, DROP
- * EXTENSION, or a pause. A pause is how DROP DATABASE, ALTER DATABASE ...
+ * EXTENSION, a pause, or a relay_workers_per_database lowered below their
+ * worker_index. A pause is how DROP DATABASE, ALTER DATABASE ...
  * RENAME / SET TABLESPACE and CREATE DATABASE ... TEMPLATE get their
  * database to themselves: PostgreSQL does not terminate background workers
  * for those commands, so a ProcessUtility hook (backend.c) pauses
@@ -43,6 +49,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -57,6 +64,7 @@ bool		RelayEnabled = true;
 int			RelayNaptimeMs = 1000;
 char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
+int			RelayWorkersPerDatabase = 1;
 
 RelayShared *Relay = NULL;
 
@@ -68,6 +76,10 @@ typedef struct LauncherDb
 	bool		no_extension;	/* a worker found no pg_tide; wait for a recheck */
 	TimestampTz last_recheck;	/* newest recheck request taken */
 	TimestampTz backoff_until;	/* a worker failed: do not restart before */
+	bool		has_extension;	/* a worker found pg_tide, or CREATE EXTENSION said so */
+	TimestampTz unserved_since; /* 0: not waiting for a free worker */
+	bool		unserved_logged;	/* the wait was logged */
+	NameData	datname;		/* from the last scan */
 } LauncherDb;
 
 /* Launcher-local: the databases and the handle of the worker in each slot. */
@@ -143,6 +155,15 @@ RelayDefineGucs(void)
 							&RelayMaxWorkers,
 							8, 0, 1024,
 							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tide.relay_workers_per_database",
+							"How many relay workers serve each database with pg_tide.",
+							"Each pipeline is served by one of them at a time, chosen by its "
+							"name; all count against pg_tide.max_relay_workers.",
+							&RelayWorkersPerDatabase,
+							1, 1, RELAY_MAX_WORKERS_PER_DATABASE,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 }
 
@@ -281,6 +302,10 @@ launcher_db(Oid dboid)
 		db->last_recheck = 0;
 		db->backoff_until = 0;
 		db->seen = false;
+		db->has_extension = false;
+		db->unserved_since = 0;
+		db->unserved_logged = false;
+		namestrcpy(&db->datname, "");
 	}
 	return db;
 }
@@ -309,9 +334,11 @@ launcher_reap(TimestampTz now)
 		pid_t		pid;
 		TimestampTz registered_at;
 		RelayExitReason reason;
+		bool		serving;
 
 		SpinLockAcquire(&Relay->mutex);
 		in_use = slot->in_use;
+		serving = slot->serving;
 		exited = slot->exited;
 		dboid = slot->dboid;
 		pid = slot->pid;
@@ -346,11 +373,16 @@ launcher_reap(TimestampTz now)
 
 			/* A recheck asked after this worker started wins. */
 			if (registered_at >= db->last_recheck)
+			{
 				db->no_extension = true;
+				db->has_extension = false;
+			}
 		}
 		else if (reason == RELAY_EXIT_ERROR)
 			launcher_db(dboid)->backoff_until =
 				TimestampTzPlusMilliseconds(now, RELAY_ERROR_BACKOFF_MS);
+		if (serving && reason != RELAY_EXIT_NO_EXTENSION)
+			launcher_db(dboid)->has_extension = true;
 
 		SpinLockAcquire(&Relay->mutex);
 		slot->in_use = false;
@@ -400,6 +432,7 @@ launcher_take_requests(TimestampTz now)
 		LauncherDb *db = launcher_db(rechecks[i]);
 
 		db->no_extension = false;
+		db->has_extension = true;	/* CREATE EXTENSION committed there */
 		db->last_recheck = Max(db->last_recheck, recheck_times[i]);
 	}
 	if (recheck_all != 0)
@@ -416,7 +449,10 @@ launcher_take_requests(TimestampTz now)
 	}
 }
 
-/* Pass phase 3: the connectable, non-template databases, from pg_database. */
+/*
+ * Pass phase 3: the connectable, non-template databases, from pg_database;
+ * their names are kept for the log.
+ */
 static List *
 launcher_scan_databases(MemoryContext cxt)
 {
@@ -438,6 +474,7 @@ launcher_scan_databases(MemoryContext cxt)
 		if (form->datistemplate || !form->datallowconn ||
 			database_is_invalid_form(form))
 			continue;
+		launcher_db(form->oid)->datname = form->datname;
 		old = MemoryContextSwitchTo(cxt);
 		dboids = lappend_oid(dboids, form->oid);
 		MemoryContextSwitchTo(old);
@@ -449,23 +486,43 @@ launcher_scan_databases(MemoryContext cxt)
 	return dboids;
 }
 
-/* Whether a slot holds a worker of the database that has not ended. */
-static bool
-launcher_has_worker(Oid dboid)
+/*
+ * The worker_index bits of the database's workers that have not ended (0:
+ * none); *serving tells whether one of them found pg_tide.
+ */
+static uint32
+launcher_db_workers(Oid dboid, bool *serving)
 {
-	bool		has = false;
+	uint32		indexes = 0;
 
+	*serving = false;
 	SpinLockAcquire(&Relay->mutex);
 	for (int i = 0; i < Relay->nslots; i++)
-		if (Relay->slots[i].in_use && Relay->slots[i].dboid == dboid)
-			has = true;
+	{
+		RelayWorkerSlot *slot = &Relay->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid)
+		{
+			indexes |= (uint32) 1 << slot->worker_index;
+			if (slot->serving)
+				*serving = true;
+		}
+	}
 	SpinLockRelease(&Relay->mutex);
-	return has;
+	return indexes;
 }
 
-/* Starts a relay worker for a database; false when no slot or worker is free. */
-static bool
-launcher_start_worker(Oid dboid, TimestampTz now)
+/* What launcher_start_worker did. */
+typedef enum LauncherStart
+{
+	LAUNCHER_STARTED,			/* registered */
+	LAUNCHER_PAUSED,			/* the database is paused: nothing to do */
+	LAUNCHER_NO_WORKER			/* no slot, or no background worker, is free */
+} LauncherStart;
+
+/* Starts relay worker `index` of a database. */
+static LauncherStart
+launcher_start_worker(Oid dboid, int index, TimestampTz now)
 {
 	BackgroundWorker worker;
 	RelayWorkerSlot *slot = NULL;
@@ -494,7 +551,10 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 		slot->in_use = true;
 		slot->exited = false;
 		slot->serving = false;
+		slot->retiring = false;
 		slot->dboid = dboid;
+		slot->worker_index = index;
+		slot->npipelines = 0;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;
 		slot->registered_at = now;
@@ -505,9 +565,9 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 	}
 	SpinLockRelease(&Relay->mutex);
 	if (paused)
-		return true;
+		return LAUNCHER_PAUSED;
 	if (slot == NULL)
-		return false;
+		return LAUNCHER_NO_WORKER;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -515,8 +575,12 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "pg_tide", sizeof(worker.bgw_library_name));
 	strlcpy(worker.bgw_function_name, "RelayWorkerMain", sizeof(worker.bgw_function_name));
-	snprintf(worker.bgw_name, sizeof(worker.bgw_name),
-			 "pg_tide relay worker for database %u", dboid);
+	if (index == 0)
+		snprintf(worker.bgw_name, sizeof(worker.bgw_name),
+				 "pg_tide relay worker for database %u", dboid);
+	else
+		snprintf(worker.bgw_name, sizeof(worker.bgw_name),
+				 "pg_tide relay worker %d for database %u", index, dboid);
 	strlcpy(worker.bgw_type, "pg_tide relay worker", sizeof(worker.bgw_type));
 	worker.bgw_main_arg = Int32GetDatum(slotno);
 	memcpy(worker.bgw_extra, &generation, sizeof(generation));
@@ -531,6 +595,7 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 		SpinLockAcquire(&Relay->mutex);
 		slot->in_use = false;
 		slot->dboid = InvalidOid;
+		Relay->out_of_bgworkers = true;
 		SpinLockRelease(&Relay->mutex);
 		launcher_handles[slotno] = NULL;
 		if (!launcher_out_of_workers)
@@ -538,10 +603,99 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 					(errmsg("pg_tide launcher could not start a relay worker: out of background worker slots"),
 					 errhint("Raise max_worker_processes; each database with pg_tide needs one relay worker.")));
 		launcher_out_of_workers = true;
-		return false;
+		return LAUNCHER_NO_WORKER;
+	}
+	if (launcher_out_of_workers)
+	{
+		SpinLockAcquire(&Relay->mutex);
+		Relay->out_of_bgworkers = false;
+		SpinLockRelease(&Relay->mutex);
 	}
 	launcher_out_of_workers = false;
-	return true;
+	return LAUNCHER_STARTED;
+}
+
+/*
+ * A database is left without a worker because none is free: logged once,
+ * after RELAY_UNSERVED_GRACE_MS (a worker that looks at a database without
+ * pg_tide frees its slot within moments).
+ */
+static void
+launcher_note_unserved(LauncherDb *db, TimestampTz now)
+{
+	if (db->unserved_since == 0)
+		db->unserved_since = now;
+	if (db->unserved_logged ||
+		!TimestampDifferenceExceeds(db->unserved_since, now, RELAY_UNSERVED_GRACE_MS))
+		return;
+	db->unserved_logged = true;
+	if (db->has_extension)
+		ereport(LOG,
+				(errmsg("pg_tide relay has no worker for database \"%s\": all %d relay workers are in use",
+						NameStr(db->datname), RelayMaxWorkers),
+				 errdetail("Its pipelines deliver nothing until a relay worker is free."),
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+	else
+		ereport(LOG,
+				(errmsg("pg_tide relay cannot look whether database \"%s\" has pg_tide: all %d relay workers are in use",
+						NameStr(db->datname), RelayMaxWorkers),
+				 errdetail("If it has, its pipelines deliver nothing until a relay worker is free."),
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+}
+
+/* A database has a worker (again); a logged wait is logged as over. */
+static void
+launcher_note_served(LauncherDb *db)
+{
+	if (db->unserved_logged)
+		ereport(LOG,
+				(errmsg("pg_tide relay has a worker for database \"%s\" again",
+						NameStr(db->datname))));
+	db->unserved_logged = false;
+	db->unserved_since = 0;
+}
+
+/*
+ * A database waits for a worker while another has more than one: asks the
+ * highest worker_index of the database with the most workers to leave
+ * between its passes (ownership.c), so that every database gets one before
+ * any gets a second. One at a time, and none while one is still leaving.
+ */
+static void
+launcher_retire_one_extra(void)
+{
+	RelayWorkerSlot *victim = NULL;
+	int			victim_count = 1;
+
+	SpinLockAcquire(&Relay->mutex);
+	for (int i = 0; i < Relay->nslots; i++)
+		if (Relay->slots[i].in_use && Relay->slots[i].retiring)
+		{
+			SpinLockRelease(&Relay->mutex);
+			return;
+		}
+	for (int i = 0; i < Relay->nslots; i++)
+	{
+		RelayWorkerSlot *slot = &Relay->slots[i];
+		int			count = 0;
+
+		if (!slot->in_use || slot->exited)
+			continue;
+		for (int j = 0; j < Relay->nslots; j++)
+			if (Relay->slots[j].in_use && !Relay->slots[j].exited &&
+				Relay->slots[j].dboid == slot->dboid)
+				count++;
+		if (count > victim_count ||
+			(count == victim_count && victim != NULL && victim->dboid == slot->dboid &&
+			 slot->worker_index > victim->worker_index))
+		{
+			victim = slot;
+			victim_count = count;
+		}
+	}
+	if (victim != NULL)
+		victim->retiring = true;
+	SpinLockRelease(&Relay->mutex);
 }
 
 /* One pass of the launcher (see the file header). */
@@ -553,6 +707,9 @@ launcher_pass(MemoryContext cxt)
 	ListCell   *lc;
 	HASH_SEQ_STATUS status;
 	LauncherDb *db;
+	bool		serving;
+	bool		out_of_workers = false;
+	bool		some_unserved = false;
 
 	launcher_reap(now);
 	launcher_take_requests(now);
@@ -565,20 +722,68 @@ launcher_pass(MemoryContext cxt)
 		launcher_db(lfirst_oid(lc))->seen = true;
 	hash_seq_init(&status, launcher_dbs);
 	while ((db = hash_seq_search(&status)) != NULL)
-		if (!db->seen && !launcher_has_worker(db->dboid))
+		if (!db->seen && launcher_db_workers(db->dboid, &serving) == 0)
 			hash_search(launcher_dbs, &db->dboid, HASH_REMOVE, NULL);
 
 	if (!RelayEnabled)
 		return;
+
+	/* A first worker for every database that has none. */
 	foreach(lc, dboids)
 	{
 		Oid			dboid = lfirst_oid(lc);
 
 		db = launcher_db(dboid);
-		if (db->no_extension || db->backoff_until > now || launcher_has_worker(dboid))
+		if (db->no_extension || db->backoff_until > now)
+		{
+			db->unserved_since = 0;
 			continue;
-		if (!launcher_start_worker(dboid, now))
-			break;
+		}
+		if (launcher_db_workers(dboid, &serving) != 0)
+		{
+			if (serving)
+				db->has_extension = true;
+			launcher_note_served(db);
+			continue;
+		}
+		if (!out_of_workers)
+		{
+			LauncherStart started = launcher_start_worker(dboid, 0, now);
+
+			if (started == LAUNCHER_STARTED)
+			{
+				launcher_note_served(db);
+				continue;
+			}
+			if (started == LAUNCHER_PAUSED)
+				continue;
+			out_of_workers = true;
+		}
+		launcher_note_unserved(db, now);
+		some_unserved = true;
+	}
+	if (some_unserved)
+	{
+		launcher_retire_one_extra();
+		return;
+	}
+
+	/* Then the further workers of the databases that have pg_tide. */
+	foreach(lc, dboids)
+	{
+		Oid			dboid = lfirst_oid(lc);
+		uint32		indexes;
+
+		db = launcher_db(dboid);
+		if (!db->has_extension || db->no_extension || db->backoff_until > now)
+			continue;
+		indexes = launcher_db_workers(dboid, &serving);
+		if (indexes == 0)
+			continue;
+		for (int index = 1; index < RelayWorkersPerDatabase; index++)
+			if ((indexes & ((uint32) 1 << index)) == 0 &&
+				launcher_start_worker(dboid, index, now) != LAUNCHER_STARTED)
+				return;
 	}
 }
 

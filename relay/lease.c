@@ -114,7 +114,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
  * Takes the pipeline's queued messages that are due for another attempt,
  * at most batch_size, oldest due first, copied into cxt as *msgs; sets
  * *next_due to when the next of the others falls due (0: none queued).
- * The queue is the worker's alone (one per database), so nothing is locked.
+ * The queue is its pipeline's worker's alone (ownership.c), so nothing is locked.
  */
 int
 RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,

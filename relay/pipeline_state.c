@@ -13,7 +13,8 @@
  * one follows. A hold ends when the next batch is recorded: that record's
  * transaction clears it (tide._relay_after_batch), since a batch is only
  * leased once the hold is over. A worker that starts has no holds and no
- * errors in memory, so it clears whatever an earlier worker recorded.
+ * errors in memory, so it clears what an earlier worker recorded for the
+ * pipelines it serves.
  *
  * After an ERROR the turn's transaction is aborted and the cause may still
  * be there (a full disk): a write that fails here is logged and given up,
@@ -25,6 +26,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -176,19 +178,38 @@ RelayRecordTurnOk(const RelayPipeline *p)
 }
 
 /*
- * Clears every hold and turn error an earlier worker of this database
- * recorded: a worker that starts holds nothing and knows of no error.
- * Returns false when it could not (the caller tries again on its next
- * pass).
+ * Clears the holds and turn errors an earlier worker recorded for the
+ * pipelines this worker serves, and for those no worker serves (disabled
+ * or gone): a worker that starts holds nothing and knows of no error. Not
+ * the others: with several workers per database (ownership.c) their holds
+ * are another worker's; a pipeline that moves here later has its record
+ * cleared by its next batch. Returns false when it could not, or served
+ * no pipeline yet (the caller tries again on its next pass).
  */
 bool
-RelayForgetPipelineStates(void)
+RelayForgetPipelineStates(List *pipelines)
 {
-	return run_in_own_xact(&forget_plan,
-						   "UPDATE tide.relay_pipeline_health"
+	Oid			types[1] = {TEXTARRAYOID};
+	Datum		values[1];
+	Datum	   *names;
+	ListCell   *lc;
+	int			n = 0;
+	bool		done;
+
+	names = palloc(sizeof(Datum) * Max(list_length(pipelines), 1));
+	foreach(lc, pipelines)
+		names[n++] = CStringGetTextDatum(((RelayPipeline *) lfirst(lc))->name);
+	/* text's length, by-value and alignment: no catalog look-up, no transaction is open */
+	values[0] = PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+	done = run_in_own_xact(&forget_plan,
+						   "UPDATE tide.relay_pipeline_health h"
 						   "   SET held_since = NULL, held_until = NULL, held_reason = NULL,"
 						   "       turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
 						   "       updated_at = pg_catalog.now()"
-						   " WHERE held_until IS NOT NULL OR turn_error IS NOT NULL",
-						   0, NULL, NULL, "the end of an earlier worker's holds");
+						   " WHERE (h.held_until IS NOT NULL OR h.turn_error IS NOT NULL)"
+						   "   AND (h.pipeline_id OPERATOR(pg_catalog.=) ANY ($1)"
+						   "        OR NOT EXISTS (SELECT FROM tide.relay_outbox_config c"
+						   "                        WHERE c.name OPERATOR(pg_catalog.=) h.pipeline_id AND c.enabled))",
+						   1, types, values, "the end of an earlier worker's holds");
+	return done && n > 0;
 }

@@ -515,10 +515,11 @@ validate_row(Jsonb *config, ValidatedRow *row)
 }
 
 /*
- * The database's enabled pipelines that the relay can deliver, copied into
- * cxt; *any_enabled tells whether any pipeline is enabled at all. The
- * table's lock is taken conditionally, so a DROP EXTENSION in progress is
- * passed over, not waited for (and cannot wait for us).
+ * The database's enabled pipelines that the relay can deliver and this
+ * worker serves (ownership.c), copied into cxt; *any_enabled tells whether
+ * any pipeline is enabled at all. The table's lock is taken conditionally,
+ * so a DROP EXTENSION in progress is passed over, not waited for (and
+ * cannot wait for us).
  */
 List *
 RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
@@ -564,23 +565,30 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 			ValidatedRow row = {0};
 			MemoryContext old;
 
+			/*
+			 * Whether this worker serves it (ownership.c). Every worker keeps
+			 * every row's validation, so a pipeline that moves here is known;
+			 * only the one serving it records what the validation found.
+			 */
+			bool		serves = RelayServesPipeline(name);
+
 			if (before != NULL)
 				row = *before;
 			else
 			{
 				validate_row(DatumGetJsonbP(SPI_getbinval(tuple, rows->tupdesc, 2, &isnull)), &row);
-				if (row.error != NULL)
+				if (row.error != NULL && serves)
 					pipeline_failed(name, "config", row.error,
 									"Fix its config with tide.relay_set_outbox().");
 			}
-			if (row.config != NULL && error_recorded)
+			if (row.config != NULL && error_recorded && serves)
 				pipeline_ok(name, "config");
 
 			next[i].name = MemoryContextStrdup(next_cxt, name);
 			strlcpy(next[i].md5, md5, sizeof(next[i].md5));
 			next[i].config = row.config ? MemoryContextStrdup(next_cxt, row.config) : NULL;
 			next[i].error = row.error ? MemoryContextStrdup(next_cxt, row.error) : NULL;
-			if (row.config == NULL)
+			if (row.config == NULL || !serves)
 				continue;
 
 			old = MemoryContextSwitchTo(cxt);

@@ -46,6 +46,17 @@
 #define RELAY_MAX_BATCHES_PER_PASS	10
 /* Databases with a pending pause or recheck request that shared memory remembers. */
 #define RELAY_MAX_DB_REQUESTS	64
+/* The most relay workers pg_tide.relay_workers_per_database may ask for. */
+#define RELAY_MAX_WORKERS_PER_DATABASE	32
+/*
+ * The first key of the session-level advisory lock a worker holds on each
+ * pipeline it serves (ownership.c): pg_locks shows it as classid, with the
+ * pipeline's name hash as objid and objsubid 2, as pg_try_advisory_lock(int,
+ * int) would take it. The ASCII of "tide".
+ */
+#define RELAY_PIPELINE_LOCK_KEY	0x74696465
+/* How long a database waits for a free relay worker before the launcher logs it. */
+#define RELAY_UNSERVED_GRACE_MS	5000
 
 /* Why a worker ended, as it tells the launcher. */
 typedef enum RelayExitReason
@@ -72,6 +83,9 @@ typedef struct RelayWorkerSlot
 	TimestampTz started_at;
 	RelayExitReason exit_reason;
 	bool		serving;		/* a pass found pg_tide installed */
+	int			worker_index;	/* 0 .. relay_workers_per_database - 1 */
+	bool		retiring;		/* the launcher asks it to leave between passes */
+	int			npipelines;		/* pipelines it served at its last pass */
 	pg_atomic_uint64 passes;
 	pg_atomic_uint64 wakeups;
 } RelayWorkerSlot;
@@ -93,6 +107,7 @@ typedef struct RelayShared
 	pg_atomic_uint64 wake_requests; /* bumped at commit by SQL that changed
 									 * pipelines or retry queues */
 	TimestampTz recheck_all_at; /* requests overflowed: look at every database */
+	bool		out_of_bgworkers;	/* the last worker could not be registered */
 	RelayDbRequest requests[RELAY_MAX_DB_REQUESTS];
 	int			nslots;
 	RelayWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
@@ -174,6 +189,7 @@ extern char *OperatorEventsOutbox;
 extern int	SweepIntervalSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
+extern int	RelayWorkersPerDatabase;
 
 /* launcher.c; what _PG_init calls is in relay_init.h */
 extern RelayShared *Relay;
@@ -221,6 +237,15 @@ RelayExitIfPostmasterDied(void)
 /* session.c */
 extern void RelayPinSessionSettings(void);
 
+/* worker_settings.c */
+extern void RelayReloadConfig(void);
+extern void RelayApplyDatabaseSettings(void);
+
+/* ownership.c */
+extern bool RelayServesPipeline(const char *name);
+extern void RelayReleaseUnservedPipelines(void);
+extern bool RelayWorkerRetired(void);
+
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);
 extern void RelayEndShortXact(MemoryContext cxt);
@@ -239,7 +264,7 @@ extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
 extern void RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors,
 								 TimestampTz until);
 extern void RelayRecordTurnOk(const RelayPipeline *p);
-extern bool RelayForgetPipelineStates(void);
+extern bool RelayForgetPipelineStates(List *pipelines);
 
 /* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

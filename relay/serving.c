@@ -6,15 +6,17 @@
  *		one that is delivering.
  *
  * The one place that decides it, from what a backend can see: the relay's
- * setting and shared memory (is pg_tide preloaded, is the relay on, is the
- * database paused, does a slot hold a worker of this database that has
- * found pg_tide, is every slot taken) and the catalog's version against
- * the library's (src/catalog_version.c), since a worker delivers nothing
- * while they differ. The checks go from the cause an operator fixes first
+ * setting and shared memory (is pg_tide preloaded, is the server a
+ * primary, is the relay on, is the database paused, does a slot hold a
+ * worker of this database that has found pg_tide, is every slot taken, did
+ * the launcher find no background worker free) and the catalog's version
+ * against the library's (src/catalog_version.c), since a worker delivers
+ * nothing while they differ. The checks go from the cause an operator fixes first
  * to the last, so the reason names the first thing to fix.
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -34,9 +36,13 @@ typedef enum WorkerPresence
 	WORKER_SERVING				/* it runs and has found pg_tide */
 } WorkerPresence;
 
-/* Looks at the slots; *slots_full says whether every slot is taken. */
+/*
+ * Looks at the slots; *slots_full says whether every slot is taken, and
+ * *out_of_bgworkers whether the launcher's last start found no background
+ * worker free.
+ */
 static WorkerPresence
-worker_presence(bool *slots_full)
+worker_presence(bool *slots_full, bool *out_of_bgworkers)
 {
 	WorkerPresence presence = WORKER_NONE;
 	int			used = 0;
@@ -57,6 +63,7 @@ worker_presence(bool *slots_full)
 			presence = WORKER_STARTING;
 	}
 	*slots_full = (used >= Relay->nslots);
+	*out_of_bgworkers = Relay->out_of_bgworkers;
 	SpinLockRelease(&Relay->mutex);
 	return presence;
 }
@@ -70,10 +77,13 @@ not_served_reason(void)
 {
 	char	   *installed;
 	bool		slots_full;
+	bool		out_of_bgworkers;
 	WorkerPresence presence;
 
 	if (Relay == NULL)
 		return pstrdup("pg_tide is not in shared_preload_libraries");
+	if (RecoveryInProgress())
+		return pstrdup("the server is in recovery: relay workers run only on a primary");
 	if (!RelayEnabled)
 		return pstrdup("pg_tide.relay_enabled is off");
 	installed = TideInstalledVersion();
@@ -85,7 +95,7 @@ not_served_reason(void)
 						installed, TIDE_CATALOG_VERSION);
 	if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
 		return pstrdup("a command needs the database to itself (paused)");
-	presence = worker_presence(&slots_full);
+	presence = worker_presence(&slots_full, &out_of_bgworkers);
 	if (presence == WORKER_SERVING)
 		return NULL;
 	if (presence == WORKER_STARTING)
@@ -93,6 +103,8 @@ not_served_reason(void)
 	if (slots_full)
 		return psprintf("no relay worker slot is free (pg_tide.max_relay_workers = %d)",
 						Relay->nslots);
+	if (out_of_bgworkers)
+		return pstrdup("no background worker is free (max_worker_processes)");
 	return pstrdup("no relay worker is running for this database");
 }
 

@@ -115,10 +115,7 @@ RelayWorkerShouldStop(void)
 	if (my_slot == NULL)
 		return false;
 	if (ConfigReloadPending)
-	{
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
-	}
+		RelayReloadConfig();
 	if (!RelayEnabled)
 		stop_reason = "pg_tide.relay_enabled is off";
 	else if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
@@ -776,6 +773,8 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 	current = installed && catalog_is_current();
 	if (current)
 		pipelines = RelayReadPipelines(loop_cxt, has_work);
+	/* No batch is in flight: give up the pipelines now served elsewhere. */
+	RelayReleaseUnservedPipelines();
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -784,7 +783,7 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 
 	/* This worker holds nothing yet: an earlier one's holds are over (pipeline_state.c). */
 	if (current && !forgot_earlier_states)
-		forgot_earlier_states = RelayForgetPipelineStates();
+		forgot_earlier_states = RelayForgetPipelineStates(pipelines);
 
 	*more = deliver_pipelines(pipelines, loop_cxt);
 	if (current)
@@ -930,6 +929,10 @@ RelayWorkerMain(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		if (RelayWorkerShouldStop())
 			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
+		/* Between passes: a lowered relay_workers_per_database, reloaded settings. */
+		if (RelayWorkerRetired())
+			worker_leave(RELAY_EXIT_STOPPED, "retired: relay_workers_per_database lowered, or its slot needed");
+		RelayApplyDatabaseSettings();
 
 		PG_TRY();
 		{

@@ -10,7 +10,9 @@
  *     {"method", "path" (with the query string), "headers" (names lower-cased),
  *      "body" (the raw bytes as a string), "status" (the code answered),
  *      "t" (unix time of receipt, microseconds), "sig" (whether a Standard
- *      Webhooks signature verified; null when no secrets are set)}
+ *      Webhooks signature verified; null when no secrets are set),
+ *      "concurrent" (the requests to the same path, this one included, that
+ *      were in flight at its receipt: received and not yet answered)}
  *
  * A request is recorded once its body has arrived, before any delay_ms.
  * (A body with NUL bytes is logged up to the first one; signatures are
@@ -40,7 +42,8 @@
  *         Bad JSON or a bad value answers 400 and changes nothing.
  *     GET /__health   200
  *     GET /__stats    {"requests": n, "status": {"200": n, ...},
- *                      "sig_ok": n, "sig_bad": n}
+ *                      "sig_ok": n, "sig_bad": n,
+ *                      "max_concurrent": the highest "concurrent" so far}
  *
  * /__control, /__health and /__stats are neither recorded nor counted.
  * SIGTERM or SIGINT stops it cleanly.
@@ -112,6 +115,21 @@ static uint64_t n_status[MAX_CODE + 1];
 static uint64_t n_sig_ok;
 static uint64_t n_sig_bad;
 static int	log_fd = -1;
+
+/*
+ * The requests in flight per path (with the query string), under
+ * state_lock: a path's sender that keeps one request at a time never sees
+ * more than 1.
+ */
+#define MAX_PATHS 4096
+typedef struct PathInFlight
+{
+	char	   *path;
+	int			in_flight;
+} PathInFlight;
+static PathInFlight paths[MAX_PATHS];
+static int	npaths;
+static int	max_concurrent;
 static struct MHD_Response *resp_ok;
 
 static const char OK_BODY[] = "ok\n";
@@ -203,6 +221,7 @@ counters_reset(void)
 	n_requests = 0;
 	memset(n_status, 0, sizeof(n_status));
 	n_sig_ok = n_sig_bad = 0;
+	max_concurrent = 0;
 }
 
 static double
@@ -536,10 +555,43 @@ add_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *valu
 	return MHD_YES;
 }
 
+/* Counts a request to a path in flight; returns how many are now. Caller holds state_lock. */
+static int
+path_enter(const char *path)
+{
+	int			i;
+
+	for (i = 0; i < npaths; i++)
+		if (strcmp(paths[i].path, path) == 0)
+			break;
+	if (i == npaths)
+	{
+		if (npaths == MAX_PATHS)
+			return 0;			/* not counted: more paths than tests use */
+		paths[npaths].path = xstrdup(path);
+		paths[npaths++].in_flight = 0;
+	}
+	if (++paths[i].in_flight > max_concurrent)
+		max_concurrent = paths[i].in_flight;
+	return paths[i].in_flight;
+}
+
+/* The request to a path has been answered. Caller holds state_lock. */
+static void
+path_leave(const char *path)
+{
+	for (int i = 0; i < npaths; i++)
+		if (strcmp(paths[i].path, path) == 0)
+		{
+			paths[i].in_flight--;
+			return;
+		}
+}
+
 /* Appends one JSON line with one write(2). */
 static void
 log_request(struct MHD_Connection *conn, const char *method, const Request *req,
-			int code, int sig)
+			int code, int sig, int concurrent)
 {
 	cJSON	   *rec = cJSON_CreateObject();
 	cJSON	   *headers = cJSON_CreateObject();
@@ -565,6 +617,7 @@ log_request(struct MHD_Connection *conn, const char *method, const Request *req,
 		cJSON_AddNullToObject(rec, "sig");
 	else
 		cJSON_AddBoolToObject(rec, "sig", sig);
+	cJSON_AddNumberToObject(rec, "concurrent", concurrent);
 
 	line = cJSON_PrintUnformatted(rec);
 	cJSON_Delete(rec);
@@ -642,6 +695,7 @@ handle_stats(struct MHD_Connection *conn)
 	cJSON_AddItemToObject(o, "status", st);
 	cJSON_AddNumberToObject(o, "sig_ok", (double) n_sig_ok);
 	cJSON_AddNumberToObject(o, "sig_bad", (double) n_sig_bad);
+	cJSON_AddNumberToObject(o, "max_concurrent", max_concurrent);
 	pthread_mutex_unlock(&state_lock);
 	out = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
@@ -660,9 +714,11 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	char	   *fail_body = NULL;
 	Secret		secrets[MAX_SECRETS];
 	int			nsecrets;
+	int			concurrent;
 	enum MHD_Result ret;
 
 	pthread_mutex_lock(&state_lock);
+	concurrent = path_enter(req->uri);
 	if (state.always)
 		code = state.always;
 	else if (state.fail_pos < state.nfail)
@@ -704,7 +760,7 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	pthread_mutex_unlock(&state_lock);
 
 	if (log_fd >= 0)
-		log_request(conn, method, req, code, sig);
+		log_request(conn, method, req, code, sig, concurrent);
 
 	if (delay_ms > 0)
 	{
@@ -715,6 +771,9 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	}
 	ret = reply(conn, code, code >= 200 && code <= 299 ? OK_BODY : fail_body ? fail_body : NO_BODY,
 				"text/plain", retry_after);
+	pthread_mutex_lock(&state_lock);
+	path_leave(req->uri);
+	pthread_mutex_unlock(&state_lock);
 	free(retry_after);
 	free(fail_body);
 	return ret;

@@ -20,12 +20,14 @@ CREATE OR REPLACE FUNCTION tide.relay_workers(
 	OUT pid integer,
 	OUT started_at timestamptz,
 	OUT passes bigint,
-	OUT wakeups bigint)
+	OUT wakeups bigint,
+	OUT worker_index integer,
+	OUT pipelines integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tide_relay_workers'
 LANGUAGE C VOLATILE ROWS 8;
 COMMENT ON FUNCTION tide.relay_workers()
-	IS 'one row per running relay worker in the cluster: its database, pid, start time, passes and wake-ups by commits';
+	IS 'one row per running relay worker in the cluster: its database, pid, start time, passes, wake-ups by commits, its index among the database''s workers and how many pipelines it serves';
 REVOKE ALL ON FUNCTION tide.relay_workers() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_workers() TO tide_admin, tide_reader;
 

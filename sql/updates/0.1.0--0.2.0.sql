@@ -50,3 +50,7 @@ DROP FUNCTION tide.relay_list_configs();
 -- relay_pipeline_status gains columns after "health" (a changed column
 -- list, which CREATE OR REPLACE VIEW cannot make).
 DROP VIEW tide.relay_pipeline_status;
+
+-- tide.relay_workers() returns two more columns (worker_index, pipelines):
+-- a new return type, so the function is re-created.
+DROP FUNCTION tide.relay_workers();

@@ -192,6 +192,27 @@ is(sane_psql("SELECT has_table_privilege('owner4', 'tide.relay_consumer_offsets'
 is(is_superuser('owner4'), 'f', 'attack 4: the database owner did not become superuser');
 is(sane_psql('SELECT count(*) FROM public.trap_calls'), '0', 'attack 4: the worker never called evil.to_json');
 
+# A reload makes the running worker apply the database's settings again
+# (relay/worker_settings.c): its own settings still win over the owner's.
+my $passes_sql = "SELECT coalesce(sum(passes), 0) FROM tide.relay_workers() WHERE database = 'attack4'";
+my $passes = $node->safe_psql('postgres', $passes_sql);
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$deadline = time() + 30;
+usleep(100_000) while time() < $deadline && $node->safe_psql('postgres', $passes_sql) < $passes + 3;
+cmp_ok($node->safe_psql('postgres', $passes_sql), '>=', $passes + 3, 'attack 4: passes after a reload');
+sane_psql("SELECT tide.outbox_publish('orders', '{\"n\": 2}')");
+my $reloaded_offset = $offset;
+$deadline = time() + 10;
+while (time() < $deadline)
+{
+	$reloaded_offset = sane_psql("SELECT coalesce(max(last_change_id), 0) FROM tide.relay_consumer_offsets WHERE pipeline_id = 'to_file'");
+	last if $reloaded_offset > $offset;
+	usleep(100_000);
+}
+cmp_ok($reloaded_offset, '>', $offset, 'attack 4: after a reload the worker still delivers and records');
+is(is_superuser('owner4'), 'f', 'attack 4: after a reload the owner is still not superuser');
+is(sane_psql('SELECT count(*) FROM public.trap_calls'), '0', 'attack 4: after a reload the worker never called evil.to_json');
+
 # The traps are real: each resolves for an unqualified call in the search
 # path the worker would have had, and runs (as its unprivileged owner).
 $node->safe_psql('attack1', 'SET ROLE dbo; SET search_path = public; SELECT to_json(now())');

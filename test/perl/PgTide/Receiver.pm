@@ -7,8 +7,9 @@
 #   $rcv->control({ fail => [ 503 ], retry_after => 1 });
 #   $rcv->wait_for(sub { grep { $_->{status} == 200 } @{ $_[0] } }, 10);
 #   my @reqs = $rcv->requests;   # hashrefs: method, path, headers, body,
-#                                # status, t, sig
-#   my $stats = $rcv->stats;     # {requests, status => {code => n}, sig_ok, sig_bad}
+#                                # status, t, sig, concurrent
+#   my $stats = $rcv->stats;     # {requests, status => {code => n}, sig_ok, sig_bad,
+#                                #  max_concurrent}
 #   $rcv->stop;                  # start again later: same port, same log
 #
 # The log is decoded as bytes: body and header values are byte strings (the
