@@ -57,6 +57,7 @@ bool		RelayEnabled = true;
 int			RelayNaptimeMs = 1000;
 char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
+int			RelayMaxConnections = 256;
 
 RelayShared *Relay = NULL;
 
@@ -99,6 +100,15 @@ RelayDefineGucs(void)
 							&RelayNaptimeMs,
 							1000, 10, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_tide.relay_max_connections",
+							"How many connections a relay worker keeps open at most.",
+							"Bounds the webhook connections of each worker, for its pipelines "
+							"with and without allow_private_network each; requests beyond it "
+							"wait for a connection.",
+							&RelayMaxConnections,
+							256, 1, 100000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_tide.attempt_log_retention",
 							"How long rows of tide.relay_attempts are kept.",

@@ -137,7 +137,9 @@ typedef struct RelayPipeline
 	int			breaker_cooldown_ms;
 	struct RelayRouting *routing;	/* types and filter; NULL: every message */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
-	RelaySink	sink;
+	const RelaySinkRoutine *sink;	/* what it delivers to */
+	void	   *sink_state;		/* the sink's state of the pipeline (its open) */
+	MemoryContext cxt;			/* holds the pipeline and its sink's state */
 } RelayPipeline;
 
 /* What recording a delivery does with one message of the batch. */
@@ -156,7 +158,7 @@ typedef struct RelaySettlement
 	TimestampTz sent_at;		/* when the batch was sent */
 	const char *breaker;		/* the breaker's state after the batch, or NULL */
 	int			filtered;		/* messages its routing passed over */
-	bool		disable;		/* the receiver answered 410 Gone */
+	bool		disable;		/* the destination asked to be disabled */
 	int			n;
 	const RelayMessage *msgs;
 	const RelayMessageOutcome *each;
@@ -174,6 +176,7 @@ extern char *OperatorEventsOutbox;
 extern int	SweepIntervalSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
+extern int	RelayMaxConnections;
 
 /* launcher.c; what _PG_init calls is in relay_init.h */
 extern RelayShared *Relay;
@@ -231,7 +234,7 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 
 /* secrets.c */
 extern char *RelaySecretsDirectory;
-extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
+extern bool RelayResolveSecrets(char **headers, char **secrets, char **error);
 
 /* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);

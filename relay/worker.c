@@ -61,6 +61,7 @@
 
 #include "compat.h"
 #include "pg_tide.h"
+#include "events.h"
 #include "relay.h"
 
 /* Longest single sleep, so SIGHUP and pauses are noticed within it. */
@@ -109,8 +110,8 @@ worker_leave(RelayExitReason reason, const char *why)
  * reason is kept for worker_leave. Runs no SQL; outside a relay worker it
  * always says no.
  */
-bool
-RelayWorkerShouldStop(void)
+static bool
+worker_should_stop(void)
 {
 	if (my_slot == NULL)
 		return false;
@@ -208,7 +209,7 @@ pipeline_state(const RelayPipeline *p)
  * up to RELAY_MAX_RETRY_AFTER_MS even beyond the cap.
  */
 static long
-retry_delay_ms(const RelayPipeline *p, int attempts, long retry_after_ms)
+retry_delay_ms(const RelayPipeline *p, int attempts, long wait_ms)
 {
 	double		d = p->retry_base_ms;
 	long		delay;
@@ -220,8 +221,8 @@ retry_delay_ms(const RelayPipeline *p, int attempts, long retry_after_ms)
 	delay = p->retry_cap_ms <= 0 ? 0 :
 		Max((long) p->retry_base_ms,
 			(long) (d / 2 + pg_prng_double(&pg_global_prng_state) * d / 2));
-	if (retry_after_ms > delay)
-		delay = Min(retry_after_ms, (long) RELAY_MAX_RETRY_AFTER_MS);
+	if (wait_ms > delay)
+		delay = Min(wait_ms, (long) RELAY_MAX_RETRY_AFTER_MS);
 	return delay;
 }
 
@@ -249,7 +250,7 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 
 	st->holds++;
 	st->held_at = m->id;
-	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->retry_after_ms);
+	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->wait_ms);
 	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
 	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
 	ereport(LOG,
@@ -261,6 +262,75 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 			 errdetail("The destination failed (%s), not the message; attempt %d in a row. Nothing is dead-lettered for it.",
 					   o->error_class, st->holds),
 			 errhint("The pipeline tries again in %ld ms.", delay)));
+}
+
+/*
+ * Delivers a batch through the pipeline's sink (sink.h) and waits until it
+ * is finished: on the sink's descriptors (events.c), its timers and the
+ * batch's wake_at, the latch and the postmaster's death. When the worker
+ * must stop meanwhile, the batch is cancelled, nothing of it is recorded,
+ * and the worker leaves (the lease sends it again).
+ */
+static void
+sink_deliver(const RelayPipeline *p, const RelayMessage *msgs, int n, RelayDeliveryResult *r)
+{
+	RelaySinkBatch batch;
+
+	memset(&batch, 0, sizeof(batch));
+	batch.msgs = msgs;
+	batch.nmsgs = n;
+	batch.stop_at_failure = p->strict;
+	batch.cxt = CurrentMemoryContext;
+	memset(r, 0, sizeof(*r));
+	r->each = palloc0(sizeof(RelayMessageOutcome) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		r->each[i].wait_ms = -1;
+	p->sink->start(p->sink_state, &batch);
+	/* progress is due once right after start */
+	batch.ready = true;
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz until;
+		long		timeout;
+		int			events;
+
+		if (batch.ready || (batch.wake_at != 0 && batch.wake_at <= now))
+		{
+			batch.ready = false;
+			batch.wake_at = 0;
+			if (p->sink->progress(p->sink_state, &batch))
+				break;
+			continue;
+		}
+		until = RelayTimersEarliest();
+		if (batch.wake_at != 0 && (until == 0 || batch.wake_at < until))
+			until = batch.wake_at;
+		timeout = until == 0 ? 1000 : Max(0, (long) ((until - now + 999) / 1000));
+		events = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+								   (RelayEventsFd() >= 0 ? WL_SOCKET_READABLE : 0),
+								   RelayEventsFd(), timeout, PG_WAIT_EXTENSION);
+		if (events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		if (events & WL_SOCKET_READABLE)
+			RelayEventsDispatch();
+		RelayTimersFire(GetCurrentTimestamp());
+		if (worker_should_stop() || ProcDiePending)
+		{
+			p->sink->cancel(p->sink_state, &batch);
+			CHECK_FOR_INTERRUPTS();
+			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
+		}
+	}
+	p->sink->outcomes(p->sink_state, &batch, r);
+	r->delivered = r->acked = 0;
+	for (int i = 0; i < n; i++)
+		if (r->each[i].outcome == RELAY_DELIVERED)
+		{
+			r->delivered++;
+			if (r->acked == i)
+				r->acked++;
+		}
 }
 
 /*
@@ -282,7 +352,7 @@ deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool fro
 	*filtered = 0;
 	if (from_queue || p->routing == NULL)
 	{
-		RelaySinkDeliver(&p->sink, msgs, n, r);
+		sink_deliver(p, msgs, n, r);
 		return;
 	}
 	pass = palloc(sizeof(RelayMessage) * n);
@@ -299,11 +369,11 @@ deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool fro
 	*filtered = n - npass;
 	memset(&sub, 0, sizeof(sub));
 	if (npass > 0)
-		RelaySinkDeliver(&p->sink, pass, npass, &sub);
+		sink_deliver(p, pass, npass, &sub);
 	memset(r, 0, sizeof(*r));
 	r->each = palloc0(sizeof(RelayMessageOutcome) * n);
-	r->gone = sub.gone;
-	r->abandoned = sub.abandoned;
+	r->disable = sub.disable;
+	strlcpy(r->disable_reason, sub.disable_reason, sizeof(r->disable_reason));
 	for (i = 0; i < n; i++)
 	{
 		if (pos[i] >= 0)
@@ -391,9 +461,6 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
 	deliver_routed(p, msgs, n, from_queue, &r, &s.filtered);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	/* Stopped while it waited: nothing is recorded, the lease sends it again. */
-	if (r.abandoned)
-		worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 	clean_outcomes(&r, n);
 
 	s.n = n;
@@ -420,7 +487,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	s.breaker = RelayBreakerStateName(p, &st->pacing);
 
 	/* How many messages, from the first, this record may settle. */
-	if (r.gone)
+	if (r.disable)
 		settled = from_queue ? n : r.acked;
 	else if (from_queue)
 		settled = n;
@@ -439,7 +506,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 
 		if (o->outcome == RELAY_DELIVERED)
 			s.disp[i] = from_queue ? RELAY_DONE : RELAY_KEEP;
-		else if (message_failed(o->outcome) && !r.gone)
+		else if (message_failed(o->outcome) && !r.disable)
 		{
 			s.attempts[i] = msgs[i].attempts + 1;
 			if (o->outcome == RELAY_PERMANENT || s.attempts[i] >= p->retry_max_attempts)
@@ -451,7 +518,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 			else
 			{
 				s.disp[i] = RELAY_REQUEUE;
-				s.delay_ms[i] = retry_delay_ms(p, s.attempts[i], o->retry_after_ms);
+				s.delay_ms[i] = retry_delay_ms(p, s.attempts[i], o->wait_ms);
 				if (first_delay < 0 || s.delay_ms[i] < first_delay)
 					first_delay = s.delay_ms[i];
 				nqueued++;
@@ -460,7 +527,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	}
 	if (!from_queue && settled > 0)
 		s.offset_id = msgs[settled - 1].id;
-	s.disable = r.gone;
+	s.disable = r.disable;
 	RelayRecord(p, &s, cxt);
 
 	/*
@@ -491,11 +558,11 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 								s.attempts[i] == 1 ? "" : "s", r.each[i].error),
 						 errhint("tide.relay_dlq_list() shows it; tide.relay_dlq_retry() delivers it again.")));
 
-	if (r.gone)
+	if (r.disable)
 	{
 		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is disabled: the receiver answered 410 Gone",
-						p->name),
+				(errmsg("pg_tide relay pipeline \"%s\" is disabled: %s",
+						p->name, r.disable_reason),
 				 errhint("Enable it again with tide.relay_enable() once the receiver accepts deliveries.")));
 		st->held_until = 0;
 		st->holds = 0;
@@ -587,7 +654,7 @@ deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
 		CHECK_FOR_INTERRUPTS();
 		RelayExitIfPostmasterDied();
 		/* A backlog does not keep a stopped worker: it leaves between batches. */
-		if (RelayWorkerShouldStop())
+		if (worker_should_stop())
 			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 		limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
 		if (limit == 0)
@@ -842,7 +909,7 @@ worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
 		 * from the next slice), or SQL changed a pipeline or queued retries
 		 * (backend.c).
 		 */
-		if (RelayWorkerShouldStop() ||
+		if (worker_should_stop() ||
 			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
 			return false;
 	}
@@ -914,7 +981,7 @@ RelayWorkerMain(Datum main_arg)
 		seen = WakeCommitCount(MyDatabaseId);
 
 		CHECK_FOR_INTERRUPTS();
-		if (RelayWorkerShouldStop())
+		if (worker_should_stop())
 			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
 
 		PG_TRY();
