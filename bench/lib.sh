@@ -24,8 +24,8 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "$BENCH_NAME: run me as root (the cluster runs as the postgres user)" >&2
 	exit 1
 fi
-if [ ! -f "$(/usr/bin/pg_config --pkglibdir)/pg_tide.so" ] ||
-	[ ! -f "$(/usr/bin/pg_config --sharedir)/extension/pg_tide.control" ]; then
+if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide.so" ] ||
+	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/pg_tide.control" ]; then
 	echo "$BENCH_NAME: pg_tide is not installed; run test/demo.sh or test/run-tests.sh first" >&2
 	exit 1
 fi

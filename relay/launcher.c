@@ -366,6 +366,7 @@ launcher_reap(TimestampTz now)
 		slot->in_use = false;
 		slot->exited = false;
 		slot->pid = 0;
+		slot->latch = NULL;
 		slot->dboid = InvalidOid;
 		SpinLockRelease(&Relay->mutex);
 		if (launcher_handles[i] != NULL)
@@ -507,6 +508,7 @@ launcher_start_worker(Oid dboid, TimestampTz now)
 		slot->dboid = dboid;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;
+		slot->latch = NULL;
 		slot->registered_at = now;
 		slot->started_at = 0;
 		slot->exit_reason = RELAY_EXIT_STOPPED;

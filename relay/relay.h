@@ -42,8 +42,6 @@
 #define RELAY_MAX_RATE_PER_SECOND	1000000.0
 /* The longest Retry-After a receiver is obeyed for. */
 #define RELAY_MAX_RETRY_AFTER_MS	3600000L
-/* Batches a pipeline may deliver in one pass before the others get their turn. */
-#define RELAY_MAX_BATCHES_PER_PASS	10
 /* Databases with a pending pause or recheck request that shared memory remembers. */
 #define RELAY_MAX_DB_REQUESTS	64
 
@@ -68,6 +66,7 @@ typedef struct RelayWorkerSlot
 	Oid			dboid;
 	uint32		generation;
 	pid_t		pid;
+	Latch	   *latch;			/* the worker's, while pid is set */
 	TimestampTz registered_at;
 	TimestampTz started_at;
 	RelayExitReason exit_reason;
