@@ -19,8 +19,11 @@ OBJS = \
 	relay/xact.o \
 	relay/lease.o \
 	relay/message.o \
-	relay/sink_file.o \
-	relay/sink_webhook.o relay/address.o relay/attempt_log.o \
+	relay/events.o \
+	relay/config_read.o \
+	relay/sinks/sinks.o \
+	relay/sinks/file.o \
+	relay/sinks/webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/pipeline_config.o \
@@ -42,7 +45,7 @@ SQL_UPDATE_POST = $(wildcard $(srcdir)/sql/updates/$(PREVVERSION)--$(EXTVERSION)
 DATA_built = sql/pg_tide--$(EXTVERSION).sql sql/pg_tide--$(PREVVERSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(addprefix $(srcdir)/,$(DATA_built)),$(wildcard $(srcdir)/sql/pg_tide--*.sql))
 
-PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay -DTIDE_CATALOG_VERSION='"$(EXTVERSION)"'
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay -I$(srcdir)/relay/sinks -DTIDE_CATALOG_VERSION='"$(EXTVERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lcurl -lcjson -lcrypto
 

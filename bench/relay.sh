@@ -40,6 +40,7 @@
 #              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
 #              connections, and also 32
 #   BATCH_SIZE mode batch's batch_size (default 1000)
+<<<<<<< HEAD
 #   WORKERS_PIPELINES, WORKERS_N, WORKERS_N_SLOW  the runs with several
 #              workers per database: pipelines (default 8) and messages
 #              per pipeline, to a receiver answering at once (default
@@ -54,6 +55,14 @@
 # one commit enables them all; the rate is all their messages divided by the
 # time from that commit to the last one's record, once with
 # pg_tide.relay_workers_per_database = 1 and once with 2, round by round.
+=======
+#   ISOLATION  1 (default): also the latency at the first of RATES beside a
+#              second pipeline of the same outbox whose destination accepts
+#              connections and never answers (timeout_ms 3000); 0 skips it
+#   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  where the cluster runs, and which
+#              PostgreSQL (see test/lib.sh)
+# With the defaults it runs for about 8 minutes.
+>>>>>>> h-engine
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -91,6 +100,7 @@ WORKERS_N_SLOW=${WORKERS_N_SLOW:-2000}
 PARTS=${PARTS:-all}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
+ISOLATION=${ISOLATION:-1}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 
 # wrk, curl and jq come from Debian's packages; libmicrohttpd for the receiver.
@@ -348,24 +358,55 @@ curl_run() {
 	printf '  %-14s round %s  %8.0f requests/s\n' "libcurl alone" "$round" "$rps"
 }
 
-# latency <round> <rate> [<open seconds>]: pgbench publishes at <rate>/s
+# hang_listener: a socket on a free port of 127.0.0.1 that accepts
+# connections (the kernel completes them) and never reads nor answers;
+# prints the port, HANG_PID is its process.
+hang_listener() {
+	local p
+	for p in $(seq $((30000 + RANDOM % 9000)) 39999); do
+		ss -Hltn "sport = :$p" | grep -q . && continue
+		python3 -c "import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', $p)); s.listen(1024); time.sleep(1e9)" &
+		HANG_PID=$!
+		RECEIVER_PIDS+=("$HANG_PID")
+		for _ in $(seq 1 100); do
+			ss -Hltn "sport = :$p" | grep -q . && { HANG_PORT=$p; return; }
+			sleep 0.05
+		done
+		kill "$HANG_PID" 2>/dev/null || true
+	done
+	echo "relay.sh: could not start the hanging listener" >&2
+	exit 1
+}
+
+# latency <round> <rate> [<open seconds>] [beside_hang]: pgbench publishes at <rate>/s
 # from one client into outbox lat_<rate>_<round>, whose pipeline (mode
 # single, the settings above) delivers to the logging receiver, for DURATION
 # s; with <open seconds>, another session publishes one message at the start
-# and keeps its transaction open that long (the run then lasts 10 s more).
+# and keeps its transaction open that long (the run then lasts 10 s more);
+# with beside_hang, a second pipeline of the same outbox delivers to a
+# destination that never answers (timeout_ms 3000) during the run.
 # Appends "latency_<rate> (or latency_open_tx) round messages missing p50
 # p95 p99 max p50_from_start(ms) delivered_twice transactions mispaired".
 latency() {
-	local round=$1 rate=$2 open=${3:-0} name xacts got pglog figure=latency_$2 secs=$DURATION opener="" clients
+	local round=$1 rate=$2 open=${3:-0} beside=${4:-} name xacts got pglog figure=latency_$2 secs=$DURATION opener="" clients
 	name=lat_${rate}_$round
 	if [ "$open" -gt 0 ]; then
 		figure=latency_open_tx; name=latopen_$round; secs=$((open + 10))
+	fi
+	if [ "$beside" = beside_hang ]; then
+		figure=latency_beside_hang; name=lathang_$round
 	fi
 	drop_pipeline "$name"
 	psql_db -c "SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000)" \
 		-c "SELECT tide.relay_set_outbox('$name', '$name', '$name', '$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$LOG_PORT")')" \
 		-c "SELECT tide.relay_disable('wake')" \
 		-c "VACUUM ANALYZE tide.tide_outbox_messages" -c "CHECKPOINT" >/dev/null
+	if [ "$beside" = beside_hang ]; then
+		hang_listener
+		psql_db -c "SELECT tide.relay_set_outbox('${name}_hang', '$name', '${name}_hang', '{\"sink_type\": \"webhook\", \"url\": \"http://127.0.0.1:$HANG_PORT/hook\", \"allow_http\": true, \"allow_private_network\": true, \"timeout_ms\": 3000}')" >/dev/null
+	fi
 	# The worker sees the new pipeline (and that 'wake' is off) at the pass
 	# this commit wakes.
 	psql_db -c "SELECT tide.outbox_publish('$name', '{\"warm-up\": true}')" >/dev/null
@@ -460,6 +501,10 @@ SQL
 		exit 1
 	fi
 	psql_db -c "SELECT tide.relay_enable('wake')" >/dev/null
+	if [ "$beside" = beside_hang ]; then
+		psql_db -c "SELECT tide.relay_delete('${name}_hang')" >/dev/null
+		kill "$HANG_PID" 2>/dev/null || true
+	fi
 	drop_pipeline "$name"
 }
 
@@ -589,6 +634,7 @@ for round in $(seq 1 "$REPEATS"); do
 		latency "$round" "$rate"
 	done
 	[ "$OPEN_TX_SECONDS" -gt 0 ] && latency "$round" "${RATES%% *}" "$OPEN_TX_SECONDS"
+	[ "$ISOLATION" = 1 ] && latency "$round" "${RATES%% *}" 0 beside_hang
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
@@ -608,6 +654,7 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 	$1 == "single" || $1 == "single_signed" || $1 == "batch" {
 		rate[$1, $2] = $5; wcpu[$1, $2] = $6; rcpu[$1, $2] = $7; mcpu[$1, $2] = $8; wq[$1, $2] = $10 }
 	$1 == "latency_" lrate { for (i = 3; i <= 9; i++) lat[i, $2] = $i }
+	$1 == "latency_beside_hang" { for (i = 3; i <= 9; i++) hang[i, $2] = $i; nhang++ }
 	END {
 		n = rounds
 		for (r = 1; r <= n; r++) a[r] = rate[wc, r];            line("receiver, wrk -c" mif, "req/s", "%9.0f", a, n)
@@ -623,6 +670,12 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 		for (r = 1; r <= n; r++) a[r] = lat[8, r];  line("latency max", "ms", "%9.2f", a, n)
 		for (r = 1; r <= n; r++) a[r] = lat[9, r];  line("latency p50 from xact start", "ms", "%9.2f", a, n)
 		for (r = 1; r <= n; r++) a[r] = lat[3, r];  line("latency messages", "", "%9d", a, n)
+		if (nhang == n) {
+			for (r = 1; r <= n; r++) a[r] = hang[5, r];  line("beside a hanging pipeline, p50 (<= 10)", "ms", "%9.2f", a, n)
+			for (r = 1; r <= n; r++) a[r] = hang[5, r] / lat[5, r]; line("  / alone (target <= 3)", "", "%9.3f", a, n)
+			for (r = 1; r <= n; r++) a[r] = hang[7, r];  line("beside a hanging pipeline, p99 (<= 10)", "ms", "%9.2f", a, n)
+			for (r = 1; r <= n; r++) a[r] = hang[7, r] / lat[7, r]; line("  / alone (target <= 3)", "", "%9.3f", a, n)
+		}
 		printf "\nCPU during the runs (cores, median of the rounds):"
 		split("single single_signed batch", cs, " ")
 		for (i = 1; i <= 3; i++) {

@@ -105,8 +105,8 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 		cols[2][n] = Int32GetDatum(s->attempt_no[i]);
 		cols[3][n] = BoolGetDatum(m->manual);
 		cols[4][n] = BoolGetDatum(ok);
-		cols[5][n] = Int32GetDatum((int32) o->status);
-		nulls[5][n] = (o->status == 0);
+		cols[5][n] = Int32GetDatum((int32) o->response_code);
+		nulls[5][n] = (o->response_code == 0);
 		cols[6][n] = CStringGetTextDatum(o->error_class);
 		nulls[6][n] = ok || o->error_class[0] == '\0';
 		cols[7][n] = CStringGetTextDatum(o->error);
@@ -170,8 +170,8 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 			continue;
 		}
 		failures++;
-		values[3] = Int32GetDatum((int32) o->status);
-		nulls[3] = o->status ? ' ' : 'n';
+		values[3] = Int32GetDatum((int32) o->response_code);
+		nulls[3] = o->response_code ? ' ' : 'n';
 		values[4] = CStringGetTextDatum(o->error_class);
 		values[5] = CStringGetTextDatum(o->error);
 		nulls[4] = nulls[5] = ' ';

@@ -62,6 +62,27 @@ request_recheck(Oid dboid)
 }
 
 /*
+ * Sets the latches of a database's relay workers: a worker with no enabled
+ * pipeline is not on the commit wake-up's wait list (wake.c), yet must see
+ * a pipeline change at once.
+ */
+static void
+wake_workers(Oid dboid)
+{
+	Latch	   *latches[64];
+	size_t		n = 0;
+
+	SpinLockAcquire(&Relay->mutex);
+	for (int i = 0; i < Relay->nslots && n < lengthof(latches); i++)
+		if (Relay->slots[i].in_use && Relay->slots[i].dboid == dboid &&
+			Relay->slots[i].pid != 0 && Relay->slots[i].latch != NULL)
+			latches[n++] = Relay->slots[i].latch;
+	SpinLockRelease(&Relay->mutex);
+	for (size_t i = 0; i < n; i++)
+		SetLatch(latches[i]);
+}
+
+/*
  * Sends the recheck of CREATE EXTENSION at commit, when a new worker can
  * see the extension; an aborted CREATE EXTENSION sends nothing.
  */
@@ -81,6 +102,7 @@ relay_xact_callback(XactEvent event, void *arg)
 				wake_pending = false;
 				pg_atomic_fetch_add_u64(&Relay->wake_requests, 1);
 				WakeDatabase(MyDatabaseId);
+				wake_workers(MyDatabaseId);
 			}
 			break;
 		case XACT_EVENT_ABORT:

@@ -65,6 +65,7 @@ int			RelayNaptimeMs = 1000;
 char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
 int			RelayWorkersPerDatabase = 1;
+int			RelayMaxConnections = 256;
 
 RelayShared *Relay = NULL;
 
@@ -111,6 +112,15 @@ RelayDefineGucs(void)
 							&RelayNaptimeMs,
 							1000, 10, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_tide.relay_max_connections",
+							"How many connections a relay worker keeps open at most.",
+							"Bounds the webhook connections of each worker, for its pipelines "
+							"with and without allow_private_network each; requests beyond it "
+							"wait for a connection.",
+							&RelayMaxConnections,
+							256, 1, 100000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_tide.attempt_log_retention",
 							"How long rows of tide.relay_attempts are kept.",
@@ -388,6 +398,7 @@ launcher_reap(TimestampTz now)
 		slot->in_use = false;
 		slot->exited = false;
 		slot->pid = 0;
+		slot->latch = NULL;
 		slot->dboid = InvalidOid;
 		SpinLockRelease(&Relay->mutex);
 		if (launcher_handles[i] != NULL)
@@ -557,6 +568,7 @@ launcher_start_worker(Oid dboid, int index, TimestampTz now)
 		slot->npipelines = 0;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;
+		slot->latch = NULL;
 		slot->registered_at = now;
 		slot->started_at = 0;
 		slot->exit_reason = RELAY_EXIT_STOPPED;

@@ -220,7 +220,7 @@ settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
 		c->attempts[k] = Int32GetDatum(s->attempts[i]);
 		c->delay_or_reason[k] = d == RELAY_DEAD ? CStringGetTextDatum(s->reason[i]) :
 			Int32GetDatum((int32) Min(s->delay_ms[i], (long) PG_INT32_MAX));
-		c->status[k] = Int32GetDatum((int32) o->status);
+		c->status[k] = Int32GetDatum((int32) o->response_code);
 		c->error_class[k] = CStringGetTextDatum(o->error_class[0] ? o->error_class : "error");
 		c->error[k] = CStringGetTextDatum(o->error);
 		c->n++;

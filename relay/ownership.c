@@ -23,9 +23,10 @@
  * workers, so the new owner does not wait for its naptime. A worker that
  * ends, however, releases all of its locks with its session.
  *
- * The calls, each pass: RelayServesPipeline() for each enabled pipeline
- * (pipelines.c), then RelayReleaseUnservedPipelines() once, when no batch
- * is in flight (worker.c); between passes, RelayWorkerRetired() tells a
+ * The calls, at each reading of the pipelines: RelayServesPipeline() for
+ * each enabled pipeline (pipelines.c), RelayKeepPipeline() for each that
+ * still has a batch in flight, then RelayReleaseUnservedPipelines() once
+ * (worker.c); between readings, RelayWorkerRetired() tells a
  * worker to leave whose worker_index the lowered setting no longer covers,
  * or whose slot the launcher needs for a database without a worker.
  * Two names with the same hash share one lock; they also share an owner,
@@ -200,11 +201,25 @@ RelayServesPipeline(const char *name)
 }
 
 /*
+ * Keeps the lock of a pipeline that has a batch in flight although this
+ * reading did not serve it (it moved, or was disabled): it is let go of
+ * at a reading after that batch is recorded, never while it is in flight.
+ */
+void
+RelayKeepPipeline(const char *name)
+{
+	HeldPipeline *h = find_held(name);
+
+	if (h != NULL)
+		h->served = true;
+}
+
+/*
  * Gives up the pipelines the pass did not serve (moved to another worker,
  * disabled, dropped), wakes the workers if it gave any up, and tells the
  * slot how many it serves; the next question computes a new view. Call it
- * once per pass, after the pipelines were read and before any batch is in
- * flight, in a transaction.
+ * once per reading, after the pipelines were read and those with a batch
+ * in flight kept (RelayKeepPipeline), in a transaction.
  */
 void
 RelayReleaseUnservedPipelines(void)

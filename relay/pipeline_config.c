@@ -38,22 +38,10 @@
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
+#include "sink.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_normalize_config);
 PG_FUNCTION_INFO_V1(tide_relay_config_check);
-
-/* A sink's validator and the keys it takes. */
-typedef struct SinkValidator
-{
-	const char *sink_type;
-	const char *const *keys;
-	RelaySinkValidate validate;
-} SinkValidator;
-
-static const SinkValidator sink_validators[] = {
-	{"webhook", RelayWebhookConfigKeys, RelayWebhookValidate},
-	{"file", RelayFileConfigKeys, RelayFileValidate},
-};
 
 /* The keys of every pipeline. */
 static const char *const common_keys[] = {
@@ -63,9 +51,9 @@ static const char *const common_keys[] = {
 
 /* Whether a sink takes one of the common keys that not every sink takes. */
 static bool
-sink_takes(const SinkValidator *sink, const char *key)
+sink_takes(const RelaySinkRoutine *sink, const char *key)
 {
-	for (const char *const *k = sink->keys; *k; k++)
+	for (const char *const *k = sink->config_keys; *k; k++)
 		if (strcmp(*k, key) == 0)
 			return true;
 	return false;
@@ -250,8 +238,9 @@ static void
 normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 		  const cJSON *config, cJSON *out)
 {
-	const char *sink_types[lengthof(sink_validators) + 1];
-	const SinkValidator *sink = NULL;
+	const char **sink_types;
+	const RelaySinkRoutine *sink;
+	int			n = 0;
 	const char *sink_type;
 
 	/*
@@ -268,17 +257,18 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
-	for (size_t i = 0; i < lengthof(sink_validators); i++)
-		sink_types[i] = sink_validators[i].sink_type;
-	sink_types[lengthof(sink_validators)] = NULL;
+	while (RelaySinkAt(n) != NULL)
+		n++;
+	sink_types = palloc(sizeof(char *) * (n + 1));
+	for (int i = 0; i < n; i++)
+		sink_types[i] = RelaySinkAt(i)->name;
+	sink_types[n] = NULL;
 	sink_type = RelayConfigChoice(config, "sink_type", sink_types, NULL);
-	for (size_t i = 0; i < lengthof(sink_validators); i++)
-		if (strcmp(sink_validators[i].sink_type, sink_type) == 0)
-			sink = &sink_validators[i];
+	sink = RelaySinkLookup(sink_type);
 	Assert(sink != NULL);
 
-	RelayConfigCheckKeys(config, common_keys, sink->keys, "");
-	RelayConfigAddString(out, "sink_type", sink->sink_type);
+	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
+	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);
 
 	if (sink_takes(sink, "batch_size"))

@@ -13,24 +13,6 @@
 #include "utils/jsonb.h"
 
 /*
- * A sink's validator: reads the sink's own keys of the user's config
- * (numbers as in config_value.h), raises an ERROR on bad input and adds
- * the sink's keys with their defaults to out.
- */
-typedef void (*RelaySinkValidate) (const cJSON *config, cJSON *out);
-
-/*
- * The sinks' validators (relay/sinks/<sink>_config.c), each with the
- * NULL-terminated list of the keys its sink takes beyond those of every
- * pipeline. A sink that lists "batch_size", "retry" or "ordering" takes
- * that common key, read with the same rules for every sink.
- */
-extern void RelayWebhookValidate(const cJSON *config, cJSON *out);
-extern void RelayFileValidate(const cJSON *config, cJSON *out);
-extern const char *const RelayWebhookConfigKeys[];
-extern const char *const RelayFileConfigKeys[];
-
-/*
  * The config as stored: validated, with every default filled in, outbox
  * and consumer group included. outbox and consumer_group are those a
  * caller gives (the config's keys must then agree), or NULL to take them

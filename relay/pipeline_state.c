@@ -124,20 +124,20 @@ RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessag
 }
 
 /*
- * Records that pipeline `p`'s turn ended in an ERROR with `message` (turn
+ * Records that a pipeline's turn ended in an ERROR with `message` (turn
  * `errors` in a row: the first starts turn_error_since), and that the
  * worker holds the pipeline until `until` because of it.
  */
 void
-RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors, TimestampTz until)
+RelayRecordTurnError(const char *pipeline, const char *message, int errors, TimestampTz until)
 {
 	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[4];
 	char		clean[TURN_ERROR_MAX_BYTES];
-	char	   *what = psprintf("the error of pipeline \"%s\"", p->name);
+	char	   *what = psprintf("the error of pipeline \"%s\"", pipeline);
 
 	RelayCleanText(clean, sizeof(clean), message, strlen(message));
-	values[0] = CStringGetTextDatum(p->name);
+	values[0] = CStringGetTextDatum(pipeline);
 	values[1] = CStringGetTextDatum(clean);
 	values[2] = Int32GetDatum(errors);
 	values[3] = TimestampTzGetDatum(until);
@@ -158,17 +158,17 @@ RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors, Ti
 }
 
 /*
- * Records that pipeline `p`'s turn ended without an ERROR, after turns that
+ * Records that a pipeline's turn ended without an ERROR, after turns that
  * did: its error is cleared. The worker calls it only then.
  */
 void
-RelayRecordTurnOk(const RelayPipeline *p)
+RelayRecordTurnOk(const char *pipeline)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
-	char	   *what = psprintf("the recovery of pipeline \"%s\"", p->name);
+	char	   *what = psprintf("the recovery of pipeline \"%s\"", pipeline);
 
-	values[0] = CStringGetTextDatum(p->name);
+	values[0] = CStringGetTextDatum(pipeline);
 	run_in_own_xact(&turn_ok_plan,
 					"UPDATE tide.relay_pipeline_health"
 					"   SET turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"

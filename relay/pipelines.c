@@ -102,226 +102,6 @@ secret_ok(const char *pipeline)
 	pipeline_ok(pipeline, "secret_reference");
 }
 
-/* The member `key` of a JSON object, or NULL. */
-static const cJSON *
-member(const cJSON *obj, const char *key)
-{
-	return cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
-}
-
-/* A string member copied into the current memory context, or NULL. */
-static char *
-string_member(const cJSON *obj, const char *key)
-{
-	const cJSON *v = member(obj, key);
-
-	return cJSON_IsString(v) ? pstrdup(v->valuestring) : NULL;
-}
-
-/* Whether a member is the string `value`. */
-static bool
-string_is(const cJSON *obj, const char *key, const char *value)
-{
-	const char *s = cJSON_GetStringValue(member(obj, key));
-
-	return s != NULL && strcmp(s, value) == 0;
-}
-
-/* Whether a member is the JSON value true (or, want_false, false). */
-static bool
-member_is(const cJSON *obj, const char *key, bool want_true)
-{
-	const cJSON *v = member(obj, key);
-
-	return want_true ? cJSON_IsTrue(v) : cJSON_IsFalse(v);
-}
-
-/* A number member clamped to [min, max] (NaN and absent: the default). */
-static double
-number_member(const cJSON *obj, const char *key, double min, double max, double dflt)
-{
-	const cJSON *v = member(obj, key);
-
-	if (!cJSON_IsNumber(v) || isnan(v->valuedouble))
-		return dflt;
-	return Min(Max(v->valuedouble, min), max);
-}
-
-/* An integer member clamped to [min, max], rounded as numeric::int rounds. */
-static int
-int_member(const cJSON *obj, const char *key, int min, int max, int dflt)
-{
-	return (int) rint(number_member(obj, key, min, max, dflt));
-}
-
-/*
- * A number of the normalised config, which the validator has checked and
- * filled in; dflt only for a key the pipeline's sink does not take.
- */
-static double
-valid_number(const cJSON *obj, const char *key, double dflt)
-{
-	const cJSON *v = member(obj, key);
-
-	return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
-/* An integer of the normalised config (see valid_number). */
-static int
-valid_int(const cJSON *obj, const char *key, int dflt)
-{
-	return (int) valid_number(obj, key, dflt);
-}
-
-/*
- * A header or signing secret value as the worker gets it: a string as it
- * is, {"value": ...} its value, a reference to a secret marked for
- * secrets.c ("\x01env:NAME", "\x01file:NAME"); NULL when it is none of
- * these. `strip` is dropped from the front of a plain string.
- */
-static char *
-secret_value(const cJSON *v, const char *strip)
-{
-	const char *s;
-
-	if (cJSON_IsString(v))
-	{
-		s = v->valuestring;
-		if (strip && strncmp(s, strip, strlen(strip)) == 0)
-			s += strlen(strip);
-		return pstrdup(s);
-	}
-	if ((s = cJSON_GetStringValue(member(v, "value"))) != NULL)
-		return pstrdup(s);
-	if ((s = cJSON_GetStringValue(member(v, "env"))) != NULL)
-		return psprintf("\x01" "env:%s", s);
-	if ((s = cJSON_GetStringValue(member(v, "file"))) != NULL)
-		return psprintf("\x01" "file:%s", s);
-	return NULL;
-}
-
-/* qsort comparator of header lines by name. */
-static int
-compare_strings(const void *a, const void *b)
-{
-	return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
-/* The custom headers as "Name: value" lines, '\n'-separated, or NULL. */
-static char *
-header_lines(const cJSON *headers)
-{
-	const cJSON *h;
-	char	  **lines;
-	int			n = 0;
-	StringInfoData buf;
-
-	if (!cJSON_IsObject(headers) || cJSON_GetArraySize(headers) == 0)
-		return NULL;
-	lines = palloc(sizeof(char *) * cJSON_GetArraySize(headers));
-	cJSON_ArrayForEach(h, headers)
-	{
-		char	   *value = secret_value(h, NULL);
-
-		if (value)
-			lines[n++] = psprintf("%s: %s", h->string, value);
-	}
-	if (n == 0)
-		return NULL;
-	qsort(lines, n, sizeof(char *), compare_strings);
-	initStringInfo(&buf);
-	for (int i = 0; i < n; i++)
-		appendStringInfo(&buf, "%s%s", i > 0 ? "\n" : "", lines[i]);
-	return buf.data;
-}
-
-/* The signing secrets (base64 after whsec_, or references), space-separated, or NULL. */
-static char *
-signing_secrets(const cJSON *secret)
-{
-	StringInfoData buf;
-	const cJSON *e;
-
-	if (secret == NULL || cJSON_IsNull(secret))
-		return NULL;
-	initStringInfo(&buf);
-	if (cJSON_IsArray(secret))
-	{
-		cJSON_ArrayForEach(e, secret)
-		{
-			char	   *v = secret_value(e, "whsec_");
-
-			if (v)
-				appendStringInfo(&buf, "%s%s", buf.len > 0 ? " " : "", v);
-		}
-	}
-	else
-	{
-		char	   *v = secret_value(secret, "whsec_");
-
-		if (v)
-			appendStringInfoString(&buf, v);
-	}
-	return buf.len > 0 ? buf.data : NULL;
-}
-
-/* A member as JSON text (for the routing compiler), or NULL when absent. */
-static char *
-json_text_member(const cJSON *obj, const char *key)
-{
-	const cJSON *v = member(obj, key);
-	char	   *text;
-	char	   *copy;
-
-	if (v == NULL)
-		return NULL;
-	text = cJSON_PrintUnformatted(v);
-	if (text == NULL)
-		return NULL;
-	copy = pstrdup(text);
-	cJSON_free(text);
-	return copy;
-}
-
-/*
- * The webhook sink's settings from its config; false when its secret
- * references cannot be read (recorded as the pipeline's error).
- */
-static bool
-read_webhook(RelayPipeline *p, const cJSON *config, MemoryContext spi_cxt)
-{
-	RelayWebhookSinkConfig *w = &p->sink.u.webhook;
-
-	p->sink.sink_type = "webhook";
-	w->url = string_member(config, "url");
-	w->batch_mode = string_is(config, "mode", "batch");
-	w->max_in_flight = int_member(config, "max_in_flight", 1, 1000, 16);
-	w->timeout_ms = int_member(config, "timeout_ms", 100, 600000, 10000);
-	p->lease_seconds += (w->timeout_ms + 999) / 1000;
-	w->headers = header_lines(member(config, "headers"));
-	w->secrets = signing_secrets(member(config, "signing_secret"));
-	w->pg_tide_signature = string_is(config, "signature", "pg-tide");
-	w->allow_http = member_is(config, "allow_http", true);
-	w->allow_private_network = member_is(config, "allow_private_network", true);
-	if ((w->headers && strchr(w->headers, '\x01')) || (w->secrets && strchr(w->secrets, '\x01')))
-	{
-		char	   *error = NULL;
-		MemoryContext cxt = CurrentMemoryContext;
-
-		if (!RelayResolveSecrets(w, &error))
-		{
-			MemoryContextSwitchTo(spi_cxt);
-			secret_failed(p->name, error);
-			MemoryContextSwitchTo(cxt);
-			return false;
-		}
-		MemoryContextSwitchTo(spi_cxt);
-		secret_ok(p->name);
-		MemoryContextSwitchTo(cxt);
-	}
-	return true;
-}
-
 /*
  * The config's JSON text with every number of more than 60 characters
  * rewritten as the nearest double: cJSON cannot read a longer one, which a
@@ -372,47 +152,89 @@ shorten_numbers(const char *json)
 }
 
 /*
- * One pipeline from its normalised config, in the current memory context;
- * NULL when it is passed over (a secret reference that cannot be read).
+ * Opens the pipeline's sink from its config; false when it is passed over.
+ * A secret reference that cannot be read is the pipeline's error in
+ * relay_pipeline_health until it can be read again.
+ */
+static bool
+open_sink(RelayPipeline *p, const cJSON *config, MemoryContext spi_cxt)
+{
+	RelaySinkOpened opened;
+	bool		ok;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	memset(&opened, 0, sizeof(opened));
+	ok = p->sink->open(config, &opened);
+	if (opened.read_secrets)
+	{
+		MemoryContextSwitchTo(spi_cxt);
+		if (ok)
+			secret_ok(p->name);
+		else
+			secret_failed(p->name, opened.error);
+		MemoryContextSwitchTo(cxt);
+	}
+	if (!ok)
+		return false;
+	p->sink_state = opened.state;
+	p->lease_seconds += opened.longest_batch_seconds;
+	if (opened.retry_at_once)
+		p->retry_base_ms = p->retry_cap_ms = 0;
+	return true;
+}
+
+/*
+ * One pipeline from its row, in a memory context of its own under the
+ * current one (p->cxt, which the worker keeps for as long as it serves
+ * this reading of the pipeline); NULL when it is passed over (see the top
+ * of this file).
  */
 static RelayPipeline *
 read_pipeline(const char *name, const char *config_text, const char *md5,
 			  MemoryContext spi_cxt)
 {
+	MemoryContext pcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_tide relay pipeline",
+											   ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(pcxt);
 	cJSON	   *config = cJSON_Parse(shorten_numbers(config_text));
 	RelayPipeline *p = NULL;
-	const cJSON *retry = member(config, "retry");
-	const cJSON *rate = member(config, "rate_limit");
-	const cJSON *breaker = member(config, "breaker");
-	char	   *sink_type = string_member(config, "sink_type");
+	const cJSON *retry = RelayConfigMember(config, "retry");
+	const cJSON *rate = RelayConfigMember(config, "rate_limit");
+	const cJSON *breaker = RelayConfigMember(config, "breaker");
+	const RelaySinkRoutine *sink = RelaySinkLookup(RelayConfigString(config, "sink_type"));
 	RelayRoutingError routing_error;
 
-	if (config == NULL || sink_type == NULL)
+	if (config == NULL)
 	{
 		ereport(LOG, (errmsg("pg_tide relay pipeline \"%s\" is passed over: its config cannot be read", name)));
 		goto done;
 	}
+	if (sink == NULL || !cJSON_IsString(RelayConfigMember(config, "consumer_group")) ||
+		!cJSON_IsString(RelayConfigMember(config, "outbox")))
+		goto done;
 
 	p = palloc0(sizeof(RelayPipeline));
+	p->cxt = pcxt;
+	p->sink = sink;
 	p->name = pstrdup(name);
-	p->consumer_group = string_member(config, "consumer_group");
+	p->consumer_group = RelayConfigString(config, "consumer_group");
 	p->consumer = psprintf("relay:%s", p->name);
-	p->outbox = string_member(config, "outbox");
+	p->outbox = RelayConfigString(config, "outbox");
 	p->config_md5 = pstrdup(md5);
-	p->batch_size = valid_int(config, "batch_size", 100);
+	p->batch_size = RelayConfigIntOr(config, "batch_size", 100);
 	p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
-	p->strict = string_is(config, "ordering", "strict");
-	p->sink.stop_at_failure = p->strict;
-	p->log_attempts = member_is(config, "attempt_log", true);
-	p->retry_base_ms = valid_int(retry, "base_ms", 500);
-	p->retry_cap_ms = valid_int(retry, "cap_ms", 60000);
-	p->retry_max_attempts = valid_int(retry, "max_attempts", 10);
+	p->strict = RelayConfigStringIs(config, "ordering", "strict");
+	p->log_attempts = !RelayConfigIs(config, "attempt_log", false);
+	p->retry_base_ms = RelayConfigIntOr(retry, "base_ms", 500);
+	p->retry_cap_ms = RelayConfigIntOr(retry, "cap_ms", 60000);
+	p->retry_max_attempts = RelayConfigIntOr(retry, "max_attempts", 10);
 	/* No rate limit unless one is given, no breaker either. */
-	p->rate_per_second = valid_number(rate, "per_second", 0);
-	p->rate_burst = valid_int(rate, "burst", 1);
-	p->breaker_threshold = valid_int(breaker, "failure_threshold", 0);
-	p->breaker_cooldown_ms = valid_int(breaker, "cooldown_ms", 30000);
-	if (!RelayRoutingCompile(json_text_member(config, "types"), json_text_member(config, "filter"),
+	p->rate_per_second = RelayConfigNumberOr(rate, "per_second", 0);
+	p->rate_burst = RelayConfigIntOr(rate, "burst", 1);
+	p->breaker_threshold = RelayConfigIntOr(breaker, "failure_threshold", 0);
+	p->breaker_cooldown_ms = RelayConfigIntOr(breaker, "cooldown_ms", 30000);
+	if (!RelayRoutingCompile(RelayConfigJsonText(config, "types"),
+							 RelayConfigJsonText(config, "filter"),
 							 &p->routing, &routing_error))
 	{
 		/* the validator compiled it: only memory can be short here */
@@ -423,18 +245,13 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 		p = NULL;
 		goto done;
 	}
-	if (strcmp(sink_type, "file") == 0)
-	{
-		p->sink.sink_type = "file";
-		p->sink.u.file.path = string_member(config, "path");
-		p->sink.u.file.fsync = !member_is(config, "fsync", false);
-		/* a file that cannot be written is retried soon */
-		p->retry_base_ms = p->retry_cap_ms = 0;
-	}
-	else if (!read_webhook(p, config, spi_cxt))
+	if (!open_sink(p, config, spi_cxt))
 		p = NULL;
 done:
 	cJSON_Delete(config);
+	MemoryContextSwitchTo(old);
+	if (p == NULL)
+		MemoryContextDelete(pcxt);
 	return p;
 }
 
@@ -516,7 +333,8 @@ validate_row(Jsonb *config, ValidatedRow *row)
 
 /*
  * The database's enabled pipelines that the relay can deliver and this
- * worker serves (ownership.c), copied into cxt; *any_enabled tells whether
+ * worker serves (ownership.c), each in a memory context of its own under
+ * cxt (RelayPipeline.cxt); *any_enabled tells whether
  * any pipeline is enabled at all. The table's lock is taken conditionally,
  * so a DROP EXTENSION in progress is passed over, not waited for (and
  * cannot wait for us).

@@ -42,8 +42,6 @@
 #define RELAY_MAX_RATE_PER_SECOND	1000000.0
 /* The longest Retry-After a receiver is obeyed for. */
 #define RELAY_MAX_RETRY_AFTER_MS	3600000L
-/* Batches a pipeline may deliver in one pass before the others get their turn. */
-#define RELAY_MAX_BATCHES_PER_PASS	10
 /* Databases with a pending pause or recheck request that shared memory remembers. */
 #define RELAY_MAX_DB_REQUESTS	64
 /* The most relay workers pg_tide.relay_workers_per_database may ask for. */
@@ -79,6 +77,7 @@ typedef struct RelayWorkerSlot
 	Oid			dboid;
 	uint32		generation;
 	pid_t		pid;
+	Latch	   *latch;			/* the worker's, while pid is set */
 	TimestampTz registered_at;
 	TimestampTz started_at;
 	RelayExitReason exit_reason;
@@ -152,7 +151,9 @@ typedef struct RelayPipeline
 	int			breaker_cooldown_ms;
 	struct RelayRouting *routing;	/* types and filter; NULL: every message */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
-	RelaySink	sink;
+	const RelaySinkRoutine *sink;	/* what it delivers to */
+	void	   *sink_state;		/* the sink's state of the pipeline (its open) */
+	MemoryContext cxt;			/* holds the pipeline and its sink's state */
 } RelayPipeline;
 
 /* What recording a delivery does with one message of the batch. */
@@ -171,7 +172,7 @@ typedef struct RelaySettlement
 	TimestampTz sent_at;		/* when the batch was sent */
 	const char *breaker;		/* the breaker's state after the batch, or NULL */
 	int			filtered;		/* messages its routing passed over */
-	bool		disable;		/* the receiver answered 410 Gone */
+	bool		disable;		/* the destination asked to be disabled */
 	int			n;
 	const RelayMessage *msgs;
 	const RelayMessageOutcome *each;
@@ -190,6 +191,7 @@ extern int	SweepIntervalSecs;
 extern int	RelayNaptimeMs;
 extern int	RelayMaxWorkers;
 extern int	RelayWorkersPerDatabase;
+extern int	RelayMaxConnections;
 
 /* launcher.c; what _PG_init calls is in relay_init.h */
 extern RelayShared *Relay;
@@ -243,6 +245,7 @@ extern void RelayApplyDatabaseSettings(void);
 
 /* ownership.c */
 extern bool RelayServesPipeline(const char *name);
+extern void RelayKeepPipeline(const char *name);
 extern void RelayReleaseUnservedPipelines(void);
 extern bool RelayWorkerRetired(void);
 
@@ -256,17 +259,17 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 
 /* secrets.c */
 extern char *RelaySecretsDirectory;
-extern bool RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error);
+extern bool RelayResolveSecrets(char **headers, char **secrets, char **error);
 
 /* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
 							const RelayMessageOutcome *o, TimestampTz until, int holds);
-extern void RelayRecordTurnError(const RelayPipeline *p, const char *message, int errors,
+extern void RelayRecordTurnError(const char *pipeline, const char *message, int errors,
 								 TimestampTz until);
-extern void RelayRecordTurnOk(const RelayPipeline *p);
+extern void RelayRecordTurnOk(const char *pipeline);
 extern bool RelayForgetPipelineStates(List *pipelines);
 
-/* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
+/* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
 
 #endif							/* TIDE_RELAY_H */

@@ -153,12 +153,12 @@ has_control(const char *s)
  * values. False, with *error, when one cannot be read or is not valid.
  */
 bool
-RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error)
+RelayResolveSecrets(char **headers, char **secrets, char **error)
 {
-	if (w->headers && strchr(w->headers, SECRET_REF_MARK))
+	if (*headers && strchr(*headers, SECRET_REF_MARK))
 	{
 		StringInfoData out;
-		char	   *lines = pstrdup(w->headers);
+		char	   *lines = pstrdup(*headers);
 		char	   *save = NULL;
 
 		initStringInfo(&out);
@@ -185,12 +185,12 @@ RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error)
 				appendStringInfoString(&out, value);
 			}
 		}
-		w->headers = out.data;
+		*headers = out.data;
 	}
-	if (w->secrets && strchr(w->secrets, SECRET_REF_MARK))
+	if (*secrets && strchr(*secrets, SECRET_REF_MARK))
 	{
 		StringInfoData out;
-		char	   *tokens = pstrdup(w->secrets);
+		char	   *tokens = pstrdup(*secrets);
 		char	   *save = NULL;
 
 		initStringInfo(&out);
@@ -216,7 +216,7 @@ RelayResolveSecrets(RelayWebhookSinkConfig *w, char **error)
 				appendStringInfoChar(&out, ' ');
 			appendStringInfoString(&out, value);
 		}
-		w->secrets = out.data;
+		*secrets = out.data;
 	}
 	return true;
 }

@@ -1,16 +1,35 @@
 /*
  * sink.h
- *		The interface between the relay's worker loop and its sinks: a batch
- *		of messages goes in, an outcome for each message comes out. A sink
- *		runs with no transaction open and never raises an ERROR for a failed
- *		delivery: a failure is returned as data, and the worker decides
- *		whether the message is retried, dead-lettered or leased again.
+ *		The interface between the relay's worker loop and its sinks, in the
+ *		manner of PostgreSQL's FdwRoutine: each sink type is a table of
+ *		callbacks (RelaySinkRoutine) that the loop calls through, and never
+ *		names an implementation. A new sink is a file in relay/sinks/ and one
+ *		line in relay/sinks/sinks.c.
+ *
+ * A pipeline's life: `open` turns its config into the sink's own state
+ * (a struct private to the sink's file), kept for as long as the worker
+ * serves that reading of the pipeline. A batch is then an operation in
+ * flight: `start` sends it, `progress` is called right after, then whenever the sockets or
+ * timers the sink registered with the worker's wait (events.h) are ready
+ * or the batch's wake_at has come, until it says the batch is finished;
+ * `outcomes` then reports what became of each message. `cancel` abandons
+ * a batch in flight: the worker stops, a cancel, an ERROR. `close` ends
+ * the pipeline's state.
+ *
+ * Everything from `start` to `outcomes` runs with no transaction open and
+ * never raises an ERROR for a failed delivery: a failure is data, and the
+ * worker decides whether the message is retried, dead-lettered or leased
+ * again. `cancel` and `close` never raise an ERROR either: they run on the
+ * way out of one.
  */
 #ifndef TIDE_SINK_H
 #define TIDE_SINK_H
 
 #include "postgres.h"
 
+#include <cjson/cJSON.h>
+
+#include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 
 /* Room for a message identity, or a batch's "<first identity>-<last id>". */
@@ -31,39 +50,6 @@ typedef struct RelayMessage
 	bool		manual;			/* queued again by an operator (relay_dlq_retry) */
 } RelayMessage;
 
-/* A file pipeline's settings, from its config. */
-typedef struct RelayFileSinkConfig
-{
-	char	   *path;
-	bool		fsync;
-} RelayFileSinkConfig;
-
-/* A webhook pipeline's settings, from its config. */
-typedef struct RelayWebhookSinkConfig
-{
-	char	   *url;
-	bool		batch_mode;		/* mode 'batch': one JSON array per request */
-	int			max_in_flight;
-	int			timeout_ms;		/* bounds the whole batch */
-	char	   *headers;		/* custom "Name: value" lines, '\n'-separated, or NULL */
-	char	   *secrets;		/* base64 after whsec_, space-separated, or NULL */
-	bool		pg_tide_signature;	/* signature 'pg-tide' rather than 'standard' */
-	bool		allow_http;
-	bool		allow_private_network;
-} RelayWebhookSinkConfig;
-
-/* What a pipeline delivers to. */
-typedef struct RelaySink
-{
-	const char *sink_type;
-	bool		stop_at_failure;	/* ordering 'strict': send nothing after a failure */
-	union
-	{
-		RelayFileSinkConfig file;
-		RelayWebhookSinkConfig webhook;
-	}			u;
-} RelaySink;
-
 /*
  * What became of one message. A failure is either the message's own (the
  * receiver answered it, or it timed out once sent) or the destination's
@@ -75,8 +61,8 @@ typedef enum RelayOutcome
 {
 	RELAY_NOT_SENT = 0,			/* not attempted: a failure came first */
 	RELAY_DELIVERED,			/* acknowledged */
-	RELAY_RETRYABLE,			/* 408, 425, 429, 5xx, a timeout: try again later */
-	RELAY_PERMANENT,			/* any other answer: trying again cannot help */
+	RELAY_RETRYABLE,			/* the destination asks to try again later */
+	RELAY_PERMANENT,			/* trying again cannot help */
 	RELAY_UNREACHABLE,			/* the destination's failure, not the message's */
 	RELAY_FILTERED				/* not for this pipeline (its routing): passed over */
 } RelayOutcome;
@@ -86,81 +72,115 @@ typedef struct RelayMessageOutcome
 	RelayOutcome outcome;
 	double		latency_ms;		/* from sending to the answer or the failure */
 	const char *response;		/* the answer's first bytes, raw, or NULL */
-	long		status;			/* HTTP status, or 0 */
-	long		retry_after_ms; /* the receiver's Retry-After, or -1 */
+	long		response_code;	/* the destination's code for its answer (an HTTP
+								 * status), or 0 */
+	long		wait_ms;		/* how long the destination asked to be left
+								 * alone before another attempt, or -1 */
 	char		error_class[32];	/* http_4xx, http_5xx, timeout, connection, blocked_ssrf, ... */
 	char		error[256];		/* why it failed */
 } RelayMessageOutcome;
 
 /*
- * The outcome of delivering a batch: one entry per message in `each`
- * (allocated by RelaySinkDeliver), the acknowledged prefix, and whether the
- * receiver answered 410 Gone. A sink that waits asks RelayWorkerShouldStop
- * (below) between waits; when it says yes, the sink stops waiting,
- * releases what it holds and sets `abandoned`: the worker then records
- * nothing of the batch and leaves (the lease sends it again).
+ * The outcome of delivering a batch: one entry per message in `each`, the
+ * acknowledged prefix, and whether the destination asks that the pipeline
+ * be disabled (a webhook's 410 Gone), with a reason the worker logs.
  */
 typedef struct RelayDeliveryResult
 {
 	RelayMessageOutcome *each;
 	int			delivered;		/* messages acknowledged */
 	int			acked;			/* length of the acknowledged prefix */
-	bool		gone;			/* the receiver answered 410 Gone */
-	bool		abandoned;		/* the worker must stop: the outcomes mean nothing */
+	bool		disable;		/* the destination asks to be disabled */
+	char		disable_reason[128];
 } RelayDeliveryResult;
+
+/*
+ * A batch in flight, as the worker hands it to its sink. The messages and
+ * everything the sink allocates for the batch live in `cxt`, which the
+ * worker deletes after `outcomes` or `cancel`: nothing the sink leaves
+ * registered anywhere (a curl handle, a callback) may point into it then.
+ */
+typedef struct RelaySinkBatch
+{
+	const RelayMessage *msgs;
+	int			nmsgs;
+	bool		stop_at_failure;	/* ordering 'strict': send nothing after a failure */
+	MemoryContext cxt;
+	/* set by the sink */
+	bool		ready;			/* something happened: `progress` is due */
+	TimestampTz wake_at;		/* call `progress` by then even if nothing happens; 0: no need */
+	void	   *sink_private;	/* the sink's own state of the batch */
+} RelaySinkBatch;
+
+/* What `open` tells the worker about a pipeline's sink, besides its state. */
+typedef struct RelaySinkOpened
+{
+	void	   *state;			/* the sink's state of the pipeline */
+	int			longest_batch_seconds;	/* the longest a batch can take: the
+										 * lease outlasts it */
+	bool		retry_at_once;	/* a failure is tried again at the next look,
+								 * without back-off (a file) */
+	bool		read_secrets;	/* the config refers to secrets, which `open`
+								 * read (secrets.c): a failure to read them is
+								 * recorded as the pipeline's error, and a
+								 * success clears it */
+	const char *error;			/* when `open` fails: why the pipeline is passed over */
+} RelaySinkOpened;
+
+typedef struct RelaySinkRoutine
+{
+	const char *name;			/* sink_type in a pipeline's config */
+	const char *const *config_keys; /* the keys of the config it reads, NULL-ended */
+
+	/*
+	 * Reads the sink's keys of a user's config object; raises an ERROR
+	 * (SQLSTATE 22023, with a hint) on bad input; adds the sink's keys with
+	 * defaults filled in to `out`. The only validator of the sink's keys:
+	 * tide.relay_set_outbox, the row trigger and the worker run it
+	 * (pipeline_config.c), so `open` reads only what it passed.
+	 */
+	void		(*validate) (const cJSON *config, cJSON *out);
+
+	/*
+	 * The sink's state of a pipeline from its config, which `validate` has
+	 * passed and normalised, allocated in the current memory context;
+	 * false, with opened->error, when the pipeline cannot be served now (a
+	 * secret reference that cannot be read).
+	 */
+	bool		(*open) (const cJSON *config, RelaySinkOpened *opened);
+
+	/* Starts delivering a batch; never raises an ERROR for a failure. */
+	void		(*start) (void *state, RelaySinkBatch *batch);
+
+	/* Moves a batch on; true when it is finished. Never raises an ERROR. */
+	bool		(*progress) (void *state, RelaySinkBatch *batch);
+
+	/*
+	 * The outcome of each message of a finished batch (result->each holds
+	 * nmsgs entries, zeroed, wait_ms -1), and releases what the batch held.
+	 */
+	void		(*outcomes) (void *state, RelaySinkBatch *batch, RelayDeliveryResult *result);
+
+	/* Abandons a batch in flight and releases what it held; never an ERROR. */
+	void		(*cancel) (void *state, RelaySinkBatch *batch);
+
+	/* Ends a pipeline's state (no batch in flight); NULL: nothing to do. */
+	void		(*close) (void *state);
+} RelaySinkRoutine;
+
+/* sinks/sinks.c: the routine of a sink type, or NULL; the i-th one, from 0. */
+extern const RelaySinkRoutine *RelaySinkLookup(const char *name);
+extern const RelaySinkRoutine *RelaySinkAt(int i);
 
 /* Sets one message's failure. */
 static inline void
 RelaySetFailure(RelayMessageOutcome *o, RelayOutcome outcome, const char *error_class,
-				long status, const char *error)
+				long response_code, const char *error)
 {
 	o->outcome = outcome;
-	o->status = status;
+	o->response_code = response_code;
 	strlcpy(o->error_class, error_class, sizeof(o->error_class));
 	strlcpy(o->error, error, sizeof(o->error));
-}
-
-/*
- * worker.c: whether the worker must stop (the relay switched off, a pause);
- * a sink that waits asks it between waits.
- */
-extern bool RelayWorkerShouldStop(void);
-
-/* sink_file.c */
-extern void RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,
-								 int nmsgs, RelayDeliveryResult *result);
-
-/* sink_webhook.c */
-extern void RelayWebhookSinkDeliver(const RelaySink *sink, const RelayMessage *msgs,
-									int nmsgs, RelayDeliveryResult *result);
-
-/* Delivers a batch to the sink it names; the dispatch of every sink type. */
-static inline void
-RelaySinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
-				 RelayDeliveryResult *result)
-{
-	int			i;
-
-	memset(result, 0, sizeof(*result));
-	result->each = palloc0(sizeof(RelayMessageOutcome) * Max(nmsgs, 1));
-	for (i = 0; i < nmsgs; i++)
-		result->each[i].retry_after_ms = -1;
-	if (strcmp(sink->sink_type, "file") == 0)
-		RelayFileSinkDeliver(sink, msgs, nmsgs, result);
-	else if (strcmp(sink->sink_type, "webhook") == 0)
-		RelayWebhookSinkDeliver(sink, msgs, nmsgs, result);
-	else
-		for (i = 0; i < nmsgs; i++)
-			RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, "internal", 0,
-							"this sink type cannot deliver yet");
-	result->delivered = result->acked = 0;
-	for (i = 0; i < nmsgs; i++)
-		if (result->each[i].outcome == RELAY_DELIVERED)
-		{
-			result->delivered++;
-			if (result->acked == i)
-				result->acked++;
-		}
 }
 
 /*
@@ -172,5 +192,14 @@ extern size_t RelayCleanText(char *dst, size_t dstsize, const char *src, size_t 
 /* message.c */
 extern void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
 extern void RelayAppendMessageJson(StringInfo buf, const RelayMessage *m);
+
+/* config_read.c: members of a validated pipeline config as the relay reads them. */
+extern const cJSON *RelayConfigMember(const cJSON *obj, const char *key);
+extern char *RelayConfigString(const cJSON *obj, const char *key);
+extern bool RelayConfigStringIs(const cJSON *obj, const char *key, const char *value);
+extern bool RelayConfigIs(const cJSON *obj, const char *key, bool want_true);
+extern double RelayConfigNumberOr(const cJSON *obj, const char *key, double dflt);
+extern int	RelayConfigIntOr(const cJSON *obj, const char *key, int dflt);
+extern char *RelayConfigJsonText(const cJSON *obj, const char *key);
 
 #endif							/* TIDE_SINK_H */

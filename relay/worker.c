@@ -1,38 +1,58 @@
 /*
  * worker.c
- *		A relay worker: one per database where pg_tide is installed.
+ *		A relay worker: one per database where pg_tide is installed. It
+ *		drives the deliveries of all its pipelines at the same time.
  *
- * The loop, each pass:
+ * Each pipeline has at most one batch in flight, an operation (Operation
+ * below): leased in a short transaction (lease.c), then delivered by the
+ * pipeline's sink with no transaction open (sink.h), then recorded in a
+ * short transaction. Between lease and record the loop waits on every
+ * batch at once, so a destination that never answers holds only its own
+ * pipeline's batch, for its own timeout_ms.
  *
- * 1. Prepare to sleep on the database's wake-up condition variable before
- *	  looking, so a commit that happens while the pass runs is not missed.
+ * The loop, each turn (loop_once):
+ *
+ * 1. Stay on the database's wake-up condition variable's wait list before
+ *	  looking (a broadcast sets the latch of a process on the list), so a
+ *	  commit that happens while the turn runs is not missed; a commit count
+ *	  that moved (wake.c tells a commit's wake-up from others) makes every
+ *	  pipeline look for messages. Commits wake the worker only while the
+ *	  database has an enabled pipeline; without one it just naps, so
+ *	  publishing costs it nothing (a pipeline change still sets its latch).
  * 2. Handle signals: SIGHUP reloads the configuration, SIGTERM (die) ends
- *	  the worker at the next CHECK_FOR_INTERRUPTS.
+ *	  the worker at the next CHECK_FOR_INTERRUPTS, SIGINT (pg_cancel_backend)
+ *	  abandons the batches in flight: nothing of them is recorded, and they
+ *	  are leased and delivered again at once (the pipeline's consumer still
+ *	  holds their lease); the worker goes on.
  * 3. Leave cleanly when the relay is switched off, when a command needs the
  *	  database to itself (a pause, see launcher.c) or when pg_tide is no
- *	  longer installed (DROP EXTENSION). The first two are decided by
- *	  RelayWorkerShouldStop, which a sink also asks while it waits on a
- *	  batch: it then abandons the batch, nothing of it is recorded, and the
- *	  worker leaves at once (the batch's lease makes the next worker deliver
- *	  it again).
- * 4. The pass itself: read the enabled pipelines in one short transaction
- *	  (pipelines.c),
- *	  then for each: lease a batch (short transaction, lease.c), deliver it
- *	  with no transaction open (sink.h), record it (short transaction), up to
- *	  RELAY_MAX_BATCHES_PER_PASS batches while batches come back full. An
- *	  ERROR in one pipeline is logged, that pipeline is held (1 s, doubling
- *	  up to a minute while the errors go on) and the others go on. It holds no
- *	  lock and no transaction while it sleeps, so DROP EXTENSION never waits
- *	  for it. When a pipeline still has a backlog, the next pass starts at
- *	  once instead of sleeping.
- * 5. Sleep until a publishing commit broadcasts the condition variable or
- *	  pg_tide.relay_naptime_ms passes, and count the sleeps a commit ended
- *	  (wake.c counts the broadcasts, so other wake-ups are told apart).
- *	  Commits wake the worker only while the database has an enabled
- *	  pipeline; without one it just naps, so publishing costs it nothing.
+ *	  longer installed (DROP EXTENSION); the batches in flight are abandoned
+ *	  first (the lease makes the next worker deliver them again).
+ * 4. Read the enabled pipelines in one short transaction (pipelines.c, each
+ *	  with its sink opened) when SQL changed pipelines or queues, after a
+ *	  reload, and every pg_tide.relay_naptime_ms; a pipeline with a batch in
+ *	  flight takes its new reading once the batch is done.
+ * 5. Look at the pipelines without a batch in flight (scan_pipelines) when
+ *	  something may be due: each that is not held nor paced takes its step,
+ *	  the messages due for another attempt first, else a live batch when it
+ *	  is to look for one (after a commit, a reading, a full batch, the end
+ *	  of a hold's time), and the batch is started in its sink.
+ * 6. Move on every batch whose sink has something to do (progress) and
+ *	  record each that finished (settle_batch); a full batch looks for more
+ *	  at once.
+ * 7. Wait, in one WaitEventSet, on the latch, the postmaster's death and
+ *	  one epoll descriptor holding every sink's sockets (events.c), until
+ *	  the earliest of the sinks' timers, the batches' deadlines, the holds,
+ *	  the retries' due times, the pacing's wake-ups and the next reading.
  *
- * An ERROR in a pass is reported and ends the worker cleanly; the launcher
- * starts it again after a back-off, so nothing crash-loops.
+ * An ERROR in one pipeline's step or record is logged, its batch in flight
+ * is cancelled (the sink releases what points into the batch's memory
+ * before that memory is freed), the pipeline is held (1 s, doubling up to a
+ * minute while the errors go on) and the others go on. Any other ERROR
+ * abandons every batch in flight the same way, is reported and ends the
+ * worker cleanly; the launcher starts it again after a back-off, so
+ * nothing crash-loops. The worker holds no lock and no transaction while
+ * it waits, so DROP EXTENSION never waits for it.
  */
 #include "postgres.h"
 
@@ -51,31 +71,36 @@
 #include "tcop/tcopprot.h"
 #include "storage/lmgr.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "nodes/pg_list.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "common/hashfn.h"
 #include "common/pg_prng.h"
+#include "lib/ilist.h"
 
 #include "compat.h"
 #include "pg_tide.h"
+#include "events.h"
 #include "relay.h"
 
-/* Longest single sleep, so SIGHUP and pauses are noticed within it. */
-#define RELAY_SLEEP_SLICE_MS 250
 /*
- * How long a pipeline whose turn ended with an ERROR is passed over: from
- * the first, doubling with each such turn in a row, up to the last.
+ * How long a pipeline whose step ended with an ERROR is passed over: from
+ * the first, doubling with each such step in a row, up to the last.
  */
 #define RELAY_ERROR_HOLD_MIN_MS 1000
 #define RELAY_ERROR_HOLD_MAX_MS 60000
 
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
-/* Why RelayWorkerShouldStop last said the worker must stop. */
+/* Why worker_should_stop last said the worker must stop. */
 static const char *stop_reason = "asked to stop";
+
+/* A reload happened: read the pipelines again (and take a new naptime). */
+static bool reading_needed = true;
 
 /* Tells the launcher, through the slot, that this worker has ended and why. */
 static void
@@ -87,6 +112,7 @@ worker_exit(int code, Datum arg)
 	my_slot->exit_reason = my_exit_reason;
 	my_slot->exited = true;
 	my_slot->pid = 0;
+	my_slot->latch = NULL;
 	SpinLockRelease(&Relay->mutex);
 }
 
@@ -109,13 +135,18 @@ worker_leave(RelayExitReason reason, const char *why)
  * reason is kept for worker_leave. Runs no SQL; outside a relay worker it
  * always says no.
  */
-bool
-RelayWorkerShouldStop(void)
+static bool
+worker_should_stop(void)
 {
 	if (my_slot == NULL)
 		return false;
 	if (ConfigReloadPending)
+	{
+		/* the database's and role's settings are applied again too (worker_settings.c) */
 		RelayReloadConfig();
+		/* a new naptime counts from now */
+		reading_needed = true;
+	}
 	if (!RelayEnabled)
 		stop_reason = "pg_tide.relay_enabled is off";
 	else if (RelayDatabasePaused(MyDatabaseId, GetCurrentTimestamp()))
@@ -125,38 +156,90 @@ RelayWorkerShouldStop(void)
 	return true;
 }
 
+/* A SIGINT (pg_cancel_backend) arrived: the loop abandons its batches in flight. */
+static volatile sig_atomic_t cancel_pending = false;
+
+struct PipelineState;
+
+/*
+ * An operation in flight: a pipeline's batch between its lease and its
+ * record, which the loop waits on together with every other. It keeps the
+ * reading of the pipeline it started with (p), and all its memory is in
+ * cxt, which goes only after the sink has released whatever points into it
+ * (end_operation).
+ */
+typedef struct Operation
+{
+	dlist_node	node;			/* in `operations` */
+	struct PipelineState *st;
+	RelayPipeline *p;
+	MemoryContext cxt;
+	RelaySinkBatch batch;		/* what the sink sees: the messages its routing passes */
+	RelayMessage *msgs;			/* the batch as leased or taken from the queue */
+	int			n;
+	int		   *pos;			/* each message's index in batch.msgs; -1: filtered */
+	int			limit;			/* what the pacing allowed when it was leased */
+	bool		from_queue;
+	TimestampTz sent_at;
+} Operation;
+
 /*
  * A pipeline's state in the worker's memory: whether it is held (its
  * destination failing, or with ordering 'strict' a message failing) and
- * until when, and when its retry queue is next looked at. Lost when the
- * worker restarts, which only means an early attempt: what must survive a
- * crash (the retry queue, the dead letters, the offset) is in tables.
+ * until when, when its retry queue is next looked at, its pacing, the
+ * reading of its config it is served with and its batch in flight. Lost
+ * when the worker restarts, which only means an early attempt: what must
+ * survive a crash (the retry queue, the dead letters, the offset) is in
+ * tables.
  */
 typedef struct PipelineState
 {
-	char	   *name;
+	char	   *name;			/* the hash key */
 	char		config_md5[33]; /* the config the state was reached with */
-	TimestampTz held_until;		/* 0: not held */
+	TimestampTz held_until;		/* 0: not held, or the hold's time is up */
 	int			holds;			/* failed attempts in a row while held */
 	int64		held_at;		/* the message it is held at */
-	int			errors;			/* turns in a row that ended with an ERROR */
+	int			errors;			/* steps in a row that ended with an ERROR */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
 	RelayPacing pacing;			/* rate limit and circuit breaker */
+	TimestampTz paced_until;	/* the pacing lets it send again then; 0: now */
+	bool		look;			/* look for live messages at its next step */
+	bool		listed;			/* the last reading listed it (enabled) */
+	RelayPipeline *p;			/* the reading it is served with; NULL: none */
+	RelayPipeline *next_p;		/* a newer reading, taken once `op` is done */
+	Operation  *op;				/* its batch in flight, or NULL */
 } PipelineState;
 
-#define RELAY_MAX_PIPELINE_STATES 256
+/* The pipelines by name. */
+static HTAB *pipeline_states = NULL;
+/* Every operation in flight. */
+static dlist_head operations = DLIST_STATIC_INIT(operations);
+static int	n_operations = 0;
+/* Where the pipelines' readings and the operations live. */
+static MemoryContext engine_cxt = NULL;
+/* What one turn of the loop allocates; reset at the start of each. */
+static MemoryContext loop_cxt = NULL;
 
-static PipelineState pipeline_states[RELAY_MAX_PIPELINE_STATES];
-static int	n_pipeline_states = 0;
-
-/* When the worker must wake for a held pipeline or a due retry, or 0. */
+/* When the loop must look at the pipelines again for a time (a hold, a retry, pacing), or 0. */
 static TimestampTz earliest_due = 0;
-
+/* A pipeline may have something to do now: look at every one. */
+static bool scan_needed = true;
+/* When the pipelines are read again at the latest (the naptime). */
+static TimestampTz next_reading_at = 0;
+/* Relay->wake_requests at the last reading: SQL changed pipelines or queues. */
+static uint64 seen_wake_requests = 0;
+/* The database's commit count (wake.c) last looked at. */
+static uint64 seen_commits = 0;
+/* Whether an enabled pipeline exists: only then do commits wake the worker. */
+static bool has_work = false;
 /* Whether the holds and errors an earlier worker recorded are cleared. */
 static bool forgot_earlier_states = false;
-
-/* Relay->wake_requests when a pass began: SQL changed pipelines or queues. */
-static uint64 seen_wake_requests = 0;
+/*
+ * The worker is retired (a lowered relay_workers_per_database, its slot
+ * needed elsewhere): it starts nothing new and leaves once its batches in
+ * flight are recorded, so that their new owner does not send them again.
+ */
+static bool retiring = false;
 
 /* Notes a time the worker must wake at for a pipeline. */
 static void
@@ -166,41 +249,96 @@ wake_at(TimestampTz t)
 		earliest_due = t;
 }
 
+/* Hashes a pipeline name (the key is a pointer to it). */
+static uint32
+name_hash(const void *key, Size keysize)
+{
+	const char *name = *(const char *const *) key;
+
+	return hash_bytes((const unsigned char *) name, strlen(name));
+}
+
+/* Compares two pipeline names (the keys are pointers to them). */
+static int
+name_match(const void *key1, const void *key2, Size keysize)
+{
+	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
+}
+
 /* The state of a pipeline, created when missing. */
 static PipelineState *
-pipeline_state(const RelayPipeline *p)
+pipeline_state(const char *name)
 {
-	PipelineState *st = NULL;
-	int			i;
+	PipelineState *st;
+	bool		found;
 
-	for (i = 0; i < n_pipeline_states && st == NULL; i++)
-		if (strcmp(pipeline_states[i].name, p->name) == 0)
-			st = &pipeline_states[i];
-	if (st == NULL)
+	if (pipeline_states == NULL)
 	{
-		if (n_pipeline_states == RELAY_MAX_PIPELINE_STATES)
-		{
-			/* Forget the first; it is only looked at again a little early. */
-			pfree(pipeline_states[0].name);
-			pipeline_states[0] = pipeline_states[--n_pipeline_states];
-		}
-		st = &pipeline_states[n_pipeline_states++];
-		st->name = MemoryContextStrdup(TopMemoryContext, p->name);
-		st->config_md5[0] = '\0';
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(char *);
+		ctl.entrysize = sizeof(PipelineState);
+		ctl.hash = name_hash;
+		ctl.match = name_match;
+		ctl.hcxt = TopMemoryContext;
+		pipeline_states = hash_create("pg_tide relay pipelines", 1024, &ctl,
+									  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 	}
-	/* A new or changed config (a fixed URL, say) is tried at once. */
-	if (strcmp(st->config_md5, p->config_md5) != 0)
+	st = hash_search(pipeline_states, &name, HASH_ENTER, &found);
+	if (!found)
 	{
-		strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
-		st->held_until = 0;
-		st->holds = 0;
-		st->errors = 0;
-		st->retry_check_at = 0;
-		memset(&st->pacing, 0, sizeof(st->pacing));
+		char	   *key = MemoryContextStrdup(TopMemoryContext, name);
+
+		memset(st, 0, sizeof(*st));
+		st->name = key;
 	}
 	return st;
 }
 
+/*
+ * Ends a pipeline's hold: a batch went through, the destination asked to
+ * be disabled, or the config changed. The one place where a hold ends
+ * (hold_pipeline and hold_after_error are where one begins); a hold whose
+ * time is up only lets the pipeline try again, and holds on until then.
+ */
+static void
+end_hold(PipelineState *st)
+{
+	st->held_until = 0;
+	st->holds = 0;
+}
+
+/* Ends a reading of a pipeline: its sink's state, then its memory. */
+static void
+release_pipeline(RelayPipeline *p)
+{
+	if (p == NULL)
+		return;
+	if (p->sink->close)
+		p->sink->close(p->sink_state);
+	MemoryContextDelete(p->cxt);
+}
+
+/*
+ * Serves a pipeline with a new reading of its config; a new or changed
+ * config (a fixed URL, say) is tried at once.
+ */
+static void
+take_reading(PipelineState *st, RelayPipeline *p)
+{
+	release_pipeline(st->p);
+	st->p = p;
+	if (strcmp(st->config_md5, p->config_md5) != 0)
+	{
+		strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
+		end_hold(st);
+		st->errors = 0;
+		st->retry_check_at = 0;
+		st->paced_until = 0;
+		memset(&st->pacing, 0, sizeof(st->pacing));
+	}
+}
 /*
  * How long to wait before attempt `attempts` + 1: exponential from
  * retry.base_ms, capped at retry.cap_ms, with jitter (the upper half of the
@@ -208,7 +346,7 @@ pipeline_state(const RelayPipeline *p)
  * up to RELAY_MAX_RETRY_AFTER_MS even beyond the cap.
  */
 static long
-retry_delay_ms(const RelayPipeline *p, int attempts, long retry_after_ms)
+retry_delay_ms(const RelayPipeline *p, int attempts, long wait_ms)
 {
 	double		d = p->retry_base_ms;
 	long		delay;
@@ -220,8 +358,8 @@ retry_delay_ms(const RelayPipeline *p, int attempts, long retry_after_ms)
 	delay = p->retry_cap_ms <= 0 ? 0 :
 		Max((long) p->retry_base_ms,
 			(long) (d / 2 + pg_prng_double(&pg_global_prng_state) * d / 2));
-	if (retry_after_ms > delay)
-		delay = Min(retry_after_ms, (long) RELAY_MAX_RETRY_AFTER_MS);
+	if (wait_ms > delay)
+		delay = Min(wait_ms, (long) RELAY_MAX_RETRY_AFTER_MS);
 	return delay;
 }
 
@@ -249,8 +387,8 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 
 	st->holds++;
 	st->held_at = m->id;
-	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->retry_after_ms);
-	/* No delay (a file sink): the next pass, after the usual naptime, retries. */
+	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->wait_ms);
+	/* No delay (a file sink): the next look (a commit, the naptime) retries. */
 	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
 	ereport(LOG,
 			(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s",
@@ -263,61 +401,6 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 			 errhint("The pipeline tries again in %ld ms.", delay)));
 	/* For relay_pipeline_status (pipeline_state.c). */
 	RelayRecordHold(p, m, o, st->held_until, st->holds);
-}
-
-/*
- * Delivers the messages of a batch that the pipeline's routing lets pass
- * (live batches only: a message queued for retry or by an operator was
- * chosen already) and marks the others RELAY_FILTERED, as if passed over
- * and acknowledged; *filtered counts them.
- */
-static void
-deliver_routed(const RelayPipeline *p, const RelayMessage *msgs, int n, bool from_queue,
-			   RelayDeliveryResult *r, int *filtered)
-{
-	RelayDeliveryResult sub;
-	RelayMessage *pass;
-	int		   *pos;
-	int			npass = 0;
-	int			i;
-
-	*filtered = 0;
-	if (from_queue || p->routing == NULL)
-	{
-		RelaySinkDeliver(&p->sink, msgs, n, r);
-		return;
-	}
-	pass = palloc(sizeof(RelayMessage) * n);
-	pos = palloc(sizeof(int) * n);
-	for (i = 0; i < n; i++)
-	{
-		pos[i] = -1;
-		if (RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
-		{
-			pos[i] = npass;
-			pass[npass++] = msgs[i];
-		}
-	}
-	*filtered = n - npass;
-	memset(&sub, 0, sizeof(sub));
-	if (npass > 0)
-		RelaySinkDeliver(&p->sink, pass, npass, &sub);
-	memset(r, 0, sizeof(*r));
-	r->each = palloc0(sizeof(RelayMessageOutcome) * n);
-	r->gone = sub.gone;
-	r->abandoned = sub.abandoned;
-	for (i = 0; i < n; i++)
-	{
-		if (pos[i] >= 0)
-			r->each[i] = sub.each[pos[i]];
-		else
-			r->each[i].outcome = RELAY_FILTERED;
-		if (r->each[i].outcome == RELAY_DELIVERED)
-			r->delivered++;
-		if (r->acked == i && (r->each[i].outcome == RELAY_DELIVERED ||
-							  r->each[i].outcome == RELAY_FILTERED))
-			r->acked++;
-	}
 }
 
 /*
@@ -360,8 +443,8 @@ typedef enum BatchEnd
 } BatchEnd;
 
 /*
- * Delivers a batch (live from the lease, or from the retry queue) and
- * records what became of each message, in one transaction:
+ * Records what became of each message of a delivered batch (live from the
+ * lease, or from the retry queue), in one transaction:
  *
  * - Live, default ordering: the offset moves over every message whose fate
  *	 is known (delivered, or failed by its own answer), and the failed ones
@@ -372,13 +455,15 @@ typedef enum BatchEnd
  *	 the pipeline is held at the first failure.
  * - From the retry queue: delivered messages leave it, failed ones are
  *	 scheduled again or dead-lettered, the others stay as they were.
- * - 410 Gone records what was delivered and disables the pipeline.
+ * - A destination that asks to be disabled (410 Gone) has what was
+ *	 delivered recorded, and the pipeline disabled.
  */
 static BatchEnd
-deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int n,
-			  bool from_queue, MemoryContext cxt)
+settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs, int n,
+			 bool from_queue, RelayDeliveryResult *result, int filtered, TimestampTz sent_at,
+			 MemoryContext cxt)
 {
-	RelayDeliveryResult r;
+	RelayDeliveryResult r = *result;
 	RelaySettlement s;
 	int			settled;
 	int			i;
@@ -389,13 +474,8 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	long		first_delay = -1;
 
 	memset(&s, 0, sizeof(s));
-	s.sent_at = GetCurrentTimestamp();
-	pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
-	deliver_routed(p, msgs, n, from_queue, &r, &s.filtered);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	/* Stopped while it waited: nothing is recorded, the lease sends it again. */
-	if (r.abandoned)
-		worker_leave(RELAY_EXIT_STOPPED, stop_reason);
+	s.sent_at = sent_at;
+	s.filtered = filtered;
 	clean_outcomes(&r, n);
 
 	s.n = n;
@@ -422,7 +502,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	s.breaker = RelayBreakerStateName(p, &st->pacing);
 
 	/* How many messages, from the first, this record may settle. */
-	if (r.gone)
+	if (r.disable)
 		settled = from_queue ? n : r.acked;
 	else if (from_queue)
 		settled = n;
@@ -441,7 +521,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 
 		if (o->outcome == RELAY_DELIVERED)
 			s.disp[i] = from_queue ? RELAY_DONE : RELAY_KEEP;
-		else if (message_failed(o->outcome) && !r.gone)
+		else if (message_failed(o->outcome) && !r.disable)
 		{
 			s.attempts[i] = msgs[i].attempts + 1;
 			if (o->outcome == RELAY_PERMANENT || s.attempts[i] >= p->retry_max_attempts)
@@ -453,7 +533,7 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 			else
 			{
 				s.disp[i] = RELAY_REQUEUE;
-				s.delay_ms[i] = retry_delay_ms(p, s.attempts[i], o->retry_after_ms);
+				s.delay_ms[i] = retry_delay_ms(p, s.attempts[i], o->wait_ms);
 				if (first_delay < 0 || s.delay_ms[i] < first_delay)
 					first_delay = s.delay_ms[i];
 				nqueued++;
@@ -462,12 +542,12 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 	}
 	if (!from_queue && settled > 0)
 		s.offset_id = msgs[settled - 1].id;
-	s.disable = r.gone;
+	s.disable = r.disable;
 	RelayRecord(p, &s, cxt);
 
 	/*
 	 * A queued message left as it was (not sent, or its destination failed)
-	 * is still due: look at the queue again on the next turn (after the
+	 * is still due: look at the queue again at its next step (after the
 	 * hold), or nothing would until another failure queues a message.
 	 */
 	for (i = 0; from_queue && i < n; i++)
@@ -493,14 +573,13 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 								s.attempts[i] == 1 ? "" : "s", r.each[i].error),
 						 errhint("tide.relay_dlq_list() shows it; tide.relay_dlq_retry() delivers it again.")));
 
-	if (r.gone)
+	if (r.disable)
 	{
 		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is disabled: the receiver answered 410 Gone",
-						p->name),
+				(errmsg("pg_tide relay pipeline \"%s\" is disabled: %s",
+						p->name, r.disable_reason),
 				 errhint("Enable it again with tide.relay_enable() once the receiver accepts deliveries.")));
-		st->held_until = 0;
-		st->holds = 0;
+		end_hold(st);
 		return BATCH_HELD;
 	}
 
@@ -517,118 +596,209 @@ deliver_batch(const RelayPipeline *p, PipelineState *st, RelayMessage *msgs, int
 			hold_pipeline(p, st, &msgs[i], &r.each[i]);
 			return BATCH_HELD;
 		}
-	st->held_until = 0;
-	st->holds = 0;
-	/* An open breaker ends the pipeline's turn (pacing.c). */
+	end_hold(st);
+	/* An open breaker stops the pipeline until it turns half-open (pacing.c). */
 	if (st->pacing.breaker == RELAY_BREAKER_OPEN)
 		return BATCH_HELD;
 	return n == p->batch_size ? BATCH_FULL : BATCH_DONE;
 }
 
 /*
- * Delivers a pipeline's messages due for another attempt, one batch, if
- * its retry queue may hold any by now. Returns how the batch ended.
+ * A pipeline's step or record ended without an ERROR: whatever failed
+ * before works again, and relay_pipeline_status says so (pipeline_state.c).
  */
-static BatchEnd
-deliver_retries(const RelayPipeline *p, PipelineState *st, MemoryContext cxt)
+static void
+turn_ok(PipelineState *st)
 {
-	RelayMessage *msgs;
-	TimestampTz next_due;
-	TimestampTz wake;
-	int			limit;
-	int			n;
-
-	if (st->retry_check_at > GetCurrentTimestamp())
-		return BATCH_DONE;
-	limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
-	if (limit == 0)
-	{
-		wake_at(wake);
-		return BATCH_HELD;
-	}
-	n = RelayTakeRetries(p, limit, cxt, &msgs, &next_due);
-	/* Empty: looked at again when the worker queues one, or SQL asks. */
-	st->retry_check_at = next_due != 0 ? next_due : DT_NOEND;
-	if (n == 0)
-		return BATCH_DONE;
-	if (n == limit)
-		st->retry_check_at = 0;
-	return deliver_batch(p, st, msgs, n, true, cxt);
-}
-
-/*
- * A pipeline's turn: the messages due for another attempt, then live
- * batches, each leased, delivered with no transaction open and recorded;
- * at most RELAY_MAX_BATCHES_PER_PASS live batches, so other pipelines get
- * their turn. A held pipeline is passed over until its hold ends. Returns
- * true when the pipeline has more to deliver at once.
- */
-static bool
-deliver_pipeline(const RelayPipeline *p, MemoryContext cxt)
-{
-	PipelineState *st = pipeline_state(p);
-	BatchEnd	end;
-	int			batch;
-	bool		more;
-
-	if (st->held_until > GetCurrentTimestamp())
-	{
-		wake_at(st->held_until);
-		return false;
-	}
-
-	end = deliver_retries(p, st, cxt);
-	more = (end == BATCH_FULL);
-	for (batch = 0; end != BATCH_HELD && batch < RELAY_MAX_BATCHES_PER_PASS; batch++)
-	{
-		RelayMessage *msgs;
-		TimestampTz wake;
-		int			limit;
-		int			n;
-
-		CHECK_FOR_INTERRUPTS();
-		RelayExitIfPostmasterDied();
-		/* A backlog does not keep a stopped worker: it leaves between batches. */
-		if (RelayWorkerShouldStop())
-			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
-		limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
-		if (limit == 0)
-		{
-			wake_at(wake);
-			end = BATCH_HELD;
-			break;
-		}
-		n = RelayLeaseBatch(p, limit, cxt, &msgs);
-		if (n == 0)
-			break;
-		end = deliver_batch(p, st, msgs, n, false, cxt);
-		/* A short lease: nothing more waits (unless the rate cut it short). */
-		if (end == BATCH_HELD || n < limit)
-			break;
-		if (batch == RELAY_MAX_BATCHES_PER_PASS - 1)
-			more = true;
-	}
-	if (end == BATCH_HELD)
-		more = false;
-	/* The turn ended without an ERROR: whatever failed before works again. */
 	if (st->errors > 0)
-		RelayRecordTurnOk(p);	/* for relay_pipeline_status (pipeline_state.c) */
+		RelayRecordTurnOk(st->name);
 	st->errors = 0;
-	wake_at(st->held_until);
-	wake_at(st->retry_check_at);
-	return more;
 }
 
 /*
- * Holds a pipeline whose turn ended with an ERROR (a full disk, its outbox
+ * Starts a batch as an operation in flight: the messages the pipeline's
+ * routing lets pass (live batches only: a message queued for retry or by
+ * an operator was chosen already) go to the sink; the others are passed
+ * over, as if acknowledged (RELAY_FILTERED when recorded).
+ */
+static void
+start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, bool from_queue,
+				int limit)
+{
+	const RelayPipeline *p = st->p;
+	RelayMessage *pass = palloc(sizeof(RelayMessage) * Max(n, 1));
+	int			npass = 0;
+
+	op->msgs = msgs;
+	op->n = n;
+	op->from_queue = from_queue;
+	op->limit = limit;
+	op->pos = palloc(sizeof(int) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		op->pos[i] = -1;
+		if (from_queue || p->routing == NULL ||
+			RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+		{
+			op->pos[i] = npass;
+			pass[npass++] = msgs[i];
+		}
+	}
+	op->batch.msgs = pass;
+	op->batch.nmsgs = npass;
+	op->batch.stop_at_failure = p->strict;
+	op->batch.cxt = op->cxt;
+	/* progress is due once right after start */
+	op->batch.ready = true;
+	op->sent_at = GetCurrentTimestamp();
+	if (npass > 0)
+		p->sink->start(p->sink_state, &op->batch);
+}
+
+/* A new operation of a pipeline, with a memory context of its own. */
+static Operation *
+new_operation(PipelineState *st)
+{
+	MemoryContext cxt = AllocSetContextCreate(engine_cxt, "pg_tide relay batch",
+											  ALLOCSET_DEFAULT_SIZES);
+	Operation  *op = MemoryContextAllocZero(cxt, sizeof(Operation));
+
+	op->cxt = cxt;
+	op->st = st;
+	op->p = st->p;
+	st->op = op;
+	dlist_push_tail(&operations, &op->node);
+	n_operations++;
+	return op;
+}
+
+/*
+ * Ends a pipeline's operation: with `cancel` (the worker stops, a cancel,
+ * an ERROR) the sink first releases whatever of the batch it still holds;
+ * never an ERROR. Only then is the batch's memory freed. The pipeline then
+ * takes a newer reading of its config if one came meanwhile, or lets go of
+ * its reading when it is no longer enabled.
+ */
+static void
+end_operation(PipelineState *st, bool cancel)
+{
+	Operation  *op = st->op;
+	bool		leased;
+
+	if (op == NULL)
+		return;
+	leased = op->n > 0;
+	if (cancel && op->batch.nmsgs > 0)
+		op->p->sink->cancel(op->p->sink_state, &op->batch);
+	dlist_delete(&op->node);
+	n_operations--;
+	st->op = NULL;
+	MemoryContextSwitchTo(loop_cxt);
+	MemoryContextDelete(op->cxt);
+	if (st->next_p)
+	{
+		take_reading(st, st->next_p);
+		st->next_p = NULL;
+	}
+	if (!st->listed)
+	{
+		release_pipeline(st->p);
+		st->p = NULL;
+		/* moved or disabled while in flight: the next reading lets it go (ownership.c) */
+		reading_needed = true;
+	}
+	/* what it does after a batch is decided by the next look at the pipelines */
+	if (leased)
+		scan_needed = true;
+}
+
+/*
+ * Abandons every batch in flight: nothing of them is recorded, and their
+ * messages are leased (or taken from the retry queue) again at the next
+ * look. For a cancel, for the worker's stop and on the way out of an ERROR:
+ * never raises one.
+ */
+static int
+abandon_operations(void)
+{
+	dlist_mutable_iter iter;
+	int			n = 0;
+
+	dlist_foreach_modify(iter, &operations)
+	{
+		Operation  *op = dlist_container(Operation, node, iter.cur);
+		PipelineState *st = op->st;
+
+		if (op->from_queue)
+			st->retry_check_at = 0;
+		else
+			st->look = true;
+		end_operation(st, true);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Records a finished operation (settle_batch) and ends it; what the
+ * pipeline does next: a full batch (or one the rate cut short) looks for
+ * more at once, a held one waits for its hold.
+ */
+static void
+complete_operation(PipelineState *st)
+{
+	Operation  *op = st->op;
+	const RelayPipeline *p = op->p;
+	RelayDeliveryResult sub;
+	RelayDeliveryResult r;
+	BatchEnd	end;
+
+	MemoryContextSwitchTo(op->cxt);
+	memset(&sub, 0, sizeof(sub));
+	sub.each = palloc0(sizeof(RelayMessageOutcome) * Max(op->batch.nmsgs, 1));
+	for (int i = 0; i < op->batch.nmsgs; i++)
+		sub.each[i].wait_ms = -1;
+	if (op->batch.nmsgs > 0)
+		p->sink->outcomes(p->sink_state, &op->batch, &sub);
+
+	/* The outcomes of the whole batch, the filtered messages included. */
+	memset(&r, 0, sizeof(r));
+	r.each = palloc0(sizeof(RelayMessageOutcome) * Max(op->n, 1));
+	r.disable = sub.disable;
+	strlcpy(r.disable_reason, sub.disable_reason, sizeof(r.disable_reason));
+	for (int i = 0; i < op->n; i++)
+	{
+		if (op->pos[i] >= 0)
+			r.each[i] = sub.each[op->pos[i]];
+		else
+			r.each[i].outcome = RELAY_FILTERED;
+		if (r.each[i].outcome == RELAY_DELIVERED)
+			r.delivered++;
+		if (r.acked == i && (r.each[i].outcome == RELAY_DELIVERED ||
+							 r.each[i].outcome == RELAY_FILTERED))
+			r.acked++;
+	}
+	end = settle_batch(p, st, op->msgs, op->n, op->from_queue, &r,
+					   op->n - op->batch.nmsgs, op->sent_at, op->cxt);
+	/* A short lease: nothing more waits (unless the rate cut it short). */
+	if (!op->from_queue && end != BATCH_HELD && op->n == op->limit)
+		st->look = true;
+	if (op->from_queue && end == BATCH_FULL)
+		st->retry_check_at = 0;
+	turn_ok(st);
+	MemoryContextSwitchTo(loop_cxt);
+	end_operation(st, false);
+}
+
+/*
+ * Holds a pipeline whose step ended with an ERROR (a full disk, its outbox
  * dropped, its lease lost): without a hold, a batch delivered but not
- * recorded would be delivered again on every pass, and the error logged
+ * recorded would be delivered again at every look, and the error logged
  * each time, for as long as the cause lasts. Returns the hold in ms.
  */
 static long
-hold_after_error(const RelayPipeline *p)
+hold_after_error(PipelineState *st)
 {
-	PipelineState *st = pipeline_state(p);
 	long		delay = RELAY_ERROR_HOLD_MIN_MS;
 	int			i;
 
@@ -637,69 +807,193 @@ hold_after_error(const RelayPipeline *p)
 		delay *= 2;
 	delay = Min(delay, RELAY_ERROR_HOLD_MAX_MS);
 	st->held_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
+	/* what it had not recorded is leased again when the hold is up */
+	st->look = true;
 	wake_at(st->held_until);
 	return delay;
 }
 
 /*
- * Runs every pipeline's turn; an ERROR in one (its outbox dropped, its
- * lease lost, a full disk) is logged, the pipeline is held for a while
- * (hold_after_error) and the others go on. Returns true when a pipeline
- * has more to deliver at once.
+ * A pipeline's step while it has no batch in flight: the messages due for
+ * another attempt, else a live batch if it is to look for one, each leased
+ * in a short transaction and started as an operation in flight.
  */
-static bool
-deliver_pipelines(List *pipelines, MemoryContext loop_cxt)
+static void
+step_pipeline(PipelineState *st)
 {
-	ListCell   *lc;
-	volatile bool more = false;
+	const RelayPipeline *p = st->p;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz wake;
+	RelayMessage *msgs;
+	Operation  *op;
+	bool		retries_due = st->retry_check_at <= now;
+	int			limit;
+	int			n;
 
-	earliest_due = 0;
-	/* SQL changed pipelines or queued retries: every queue is looked at. */
-	if (pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
+	if (!retries_due && !st->look)
+		return;
+	limit = RelayPacingAllowance(p, &st->pacing, p->batch_size, &wake);
+	if (limit == 0)
 	{
-		seen_wake_requests = pg_atomic_read_u64(&Relay->wake_requests);
-		for (int i = 0; i < n_pipeline_states; i++)
-			pipeline_states[i].retry_check_at = 0;
+		st->paced_until = wake;
+		wake_at(wake);
+		return;
 	}
-	foreach(lc, pipelines)
+	op = new_operation(st);
+	if (retries_due)
 	{
-		RelayPipeline *p = lfirst(lc);
-		MemoryContext batch_cxt = AllocSetContextCreate(loop_cxt, "pg_tide relay batch",
-														ALLOCSET_DEFAULT_SIZES);
+		TimestampTz next_due;
 
-		MemoryContextSwitchTo(batch_cxt);
-		PG_TRY();
+		n = RelayTakeRetries(p, limit, op->cxt, &msgs, &next_due);
+		/* Empty: looked at again when the worker queues one, or SQL asks. */
+		st->retry_check_at = next_due != 0 ? next_due : DT_NOEND;
+		if (n > 0)
 		{
-			if (deliver_pipeline(p, batch_cxt))
-				more = true;
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-			long		delay;
-
+			if (n == limit)
+				st->retry_check_at = 0;
+			MemoryContextSwitchTo(op->cxt);
+			start_operation(st, op, msgs, n, true, limit);
 			MemoryContextSwitchTo(loop_cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			delay = hold_after_error(p);
-			ereport(LOG,
-					(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
-							p->name, edata->message),
-					 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
-							   delay, pipeline_state(p)->errors)));
-			/* For relay_pipeline_status (pipeline_state.c); never raises. */
-			RelayRecordTurnError(p, edata->message, pipeline_state(p)->errors,
-								 pipeline_state(p)->held_until);
-			FreeErrorData(edata);
+			return;
 		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(loop_cxt);
-		MemoryContextDelete(batch_cxt);
 	}
-	return more;
+	if (st->look)
+	{
+		st->look = false;
+		n = RelayLeaseBatch(p, limit, op->cxt, &msgs);
+		if (n > 0)
+		{
+			MemoryContextSwitchTo(op->cxt);
+			start_operation(st, op, msgs, n, false, limit);
+			MemoryContextSwitchTo(loop_cxt);
+			return;
+		}
+	}
+	turn_ok(st);
+	end_operation(st, false);
 }
 
+/*
+ * Runs `what` (a step or a completion) for one pipeline; an ERROR in it
+ * (its outbox dropped, its lease lost, a full disk) is logged, the
+ * pipeline's batch in flight is cancelled (its memory freed only after the
+ * sink released it), the pipeline is held for a while (hold_after_error)
+ * and the others go on.
+ */
+static void
+run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
+{
+	PG_TRY();
+	{
+		what(st);
+		MemoryContextSwitchTo(loop_cxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		long		delay;
+
+		MemoryContextSwitchTo(loop_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(loop_cxt);
+		end_operation(st, true);
+		delay = hold_after_error(st);
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
+						st->name, edata->message),
+				 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
+						   delay, st->errors)));
+		/* For relay_pipeline_status (pipeline_state.c); never raises. */
+		RelayRecordTurnError(st->name, edata->message, st->errors, st->held_until);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Looks at every pipeline without a batch in flight: a hold whose time is
+ * up lets it try again; one that may send (not held, not paced) takes its
+ * step. Notes when the next look is due for a time.
+ */
+static void
+scan_pipelines(void)
+{
+	HASH_SEQ_STATUS seq;
+	PipelineState *st;
+	PipelineState **all;
+	long		n = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	scan_needed = false;
+	earliest_due = 0;
+	pg_atomic_fetch_add_u64(&my_slot->passes, 1);
+	if (pipeline_states == NULL || retiring)
+		return;
+	/*
+	 * The steps run transactions, which end any hash_seq_search scan: the
+	 * pipelines to look at are taken first.
+	 */
+	all = MemoryContextAlloc(engine_cxt,
+							 sizeof(PipelineState *) * Max(hash_get_num_entries(pipeline_states), 1));
+	hash_seq_init(&seq, pipeline_states);
+	while ((st = hash_seq_search(&seq)) != NULL)
+		if (st->p != NULL && st->op == NULL)
+			all[n++] = st;
+	for (long i = 0; i < n; i++)
+	{
+		st = all[i];
+		if (st->held_until > now)
+		{
+			wake_at(st->held_until);
+			continue;
+		}
+		if (st->held_until != 0)
+		{
+			/* the hold's time is up: try again, live messages too */
+			st->held_until = 0;
+			st->look = true;
+		}
+		if (st->paced_until > now)
+		{
+			wake_at(st->paced_until);
+			continue;
+		}
+		st->paced_until = 0;
+		run_for_pipeline(st, step_pipeline);
+		if (st->op == NULL)
+		{
+			wake_at(st->held_until);
+			wake_at(st->paced_until);
+			wake_at(st->retry_check_at);
+		}
+	}
+	pfree(all);
+}
+
+/*
+ * Moves on every operation whose sink has something to do (its sockets or
+ * timers fired, or its wake_at came), and records those that finished.
+ */
+static void
+progress_operations(void)
+{
+	dlist_mutable_iter iter;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(iter, &operations)
+	{
+		Operation  *op = dlist_container(Operation, node, iter.cur);
+
+		if (!op->batch.ready && (op->batch.wake_at == 0 || op->batch.wake_at > now))
+			continue;
+		op->batch.ready = false;
+		op->batch.wake_at = 0;
+		if (op->batch.nmsgs == 0 || op->p->sink->progress(op->p->sink_state, &op->batch))
+			run_for_pipeline(op->st, complete_operation);
+	}
+}
 /*
  * Whether this database's pg_tide catalog is the version the library was
  * built for (see src/catalog_version.c); needs a transaction. While it is
@@ -741,21 +1035,30 @@ catalog_is_current(void)
 }
 
 /*
- * One pass: reads the pipelines in a short transaction, then gives each its
- * turn (see deliver_pipelines); nothing while the catalog is not the
- * library's version. Returns false when pg_tide is no longer installed in
- * this database. Sets *has_work when an enabled pipeline exists: only then
- * do publishing commits wake the worker; and *more when a pipeline has more
- * to deliver at once, so the worker does not sleep. Not inlined into the
- * PG_TRY of RelayWorkerMain, where its locals could be clobbered by the
- * longjmp of an ERROR.
+ * Reads the pipelines in a short transaction (nothing while the catalog is
+ * not the library's version) and serves each with its new reading: one
+ * with a batch in flight takes it once the batch is done, one no longer
+ * listed is let go of. Every pipeline then looks for messages, as after a
+ * commit. Returns false when pg_tide is no longer installed in this
+ * database. Not inlined into the PG_TRY of RelayWorkerMain, where its
+ * locals could be clobbered by the longjmp of an ERROR.
  */
 pg_noinline static bool
-worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
+read_pipelines(void)
 {
 	bool		installed;
 	bool		current;
 	List	   *pipelines = NIL;
+	ListCell   *lc;
+	HASH_SEQ_STATUS seq;
+	PipelineState *st;
+
+	bool		asked;
+
+	reading_needed = false;
+	next_reading_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RelayNaptimeMs);
+	asked = pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests;
+	seen_wake_requests = pg_atomic_read_u64(&Relay->wake_requests);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -769,96 +1072,252 @@ worker_pass(MemoryContext loop_cxt, bool *has_work, bool *more)
 		my_slot->serving = true;
 		SpinLockRelease(&Relay->mutex);
 	}
-	*has_work = false;
+	has_work = false;
 	current = installed && catalog_is_current();
 	if (current)
-		pipelines = RelayReadPipelines(loop_cxt, has_work);
-	/* No batch is in flight: give up the pipelines now served elsewhere. */
+		pipelines = RelayReadPipelines(loop_cxt, &has_work);
+	/*
+	 * Give up the pipelines now served elsewhere (ownership.c), but not one
+	 * whose batch is still in flight: it goes at a reading after its record.
+	 */
+	if (pipeline_states != NULL)
+	{
+		hash_seq_init(&seq, pipeline_states);
+		while ((st = hash_seq_search(&seq)) != NULL)
+			if (st->op != NULL)
+				RelayKeepPipeline(st->name);
+	}
 	RelayReleaseUnservedPipelines();
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(loop_cxt);
 
 	/* This worker holds nothing yet: an earlier one's holds are over (pipeline_state.c). */
 	if (current && !forgot_earlier_states)
 		forgot_earlier_states = RelayForgetPipelineStates(pipelines);
 
-	*more = deliver_pipelines(pipelines, loop_cxt);
+	if (pipeline_states != NULL)
+	{
+		hash_seq_init(&seq, pipeline_states);
+		while ((st = hash_seq_search(&seq)) != NULL)
+			st->listed = false;
+	}
+	foreach(lc, pipelines)
+	{
+		RelayPipeline *p = lfirst(lc);
+
+		st = pipeline_state(p->name);
+		st->listed = true;
+		MemoryContextSetParent(p->cxt, engine_cxt);
+		if (st->op != NULL)
+		{
+			release_pipeline(st->next_p);
+			st->next_p = p;
+		}
+		else
+			take_reading(st, p);
+	}
+	if (pipeline_states != NULL)
+	{
+		hash_seq_init(&seq, pipeline_states);
+		while ((st = hash_seq_search(&seq)) != NULL)
+		{
+			/* SQL changed pipelines or queued retries: every queue is looked at */
+			if (asked)
+				st->retry_check_at = 0;
+			st->look = true;
+			if (!st->listed && st->op == NULL)
+			{
+				release_pipeline(st->p);
+				st->p = NULL;
+			}
+		}
+	}
+	MemoryContextReset(loop_cxt);
+	scan_needed = true;
+
 	if (current)
 	{
 		RelayTrimAttemptLog();
 		RelaySweepOutboxes();
+		MemoryContextSwitchTo(loop_cxt);
 	}
 	return installed;
 }
 
-/*
- * Sleeps until a publishing commit in this database wakes the worker or
- * the naptime has passed; true when a commit woke it. `seen` is the commit
- * count read before the pass looked: a commit since then ends the sleep at
- * once, any other wake-up (a signal, a barrier) sleeps on. Sleeps in
- * slices, so a reload (a new naptime, relay_enabled = off) or a pause is
- * noticed soon even during a long naptime; the worker stays on the
- * condition variable's wait list between slices, so no broadcast is missed.
- * Without `wake_on_commit` (no enabled pipeline: nothing to deliver) it
- * leaves the wait list and only naps, so commits cost it nothing. Either
- * way a changed pipeline or a queued retry ends the sleep within a slice.
- */
-static bool
-worker_sleep(ConditionVariable *cv, uint64 seen, bool wake_on_commit)
+/* SIGINT: a cancel (pg_cancel_backend), which the loop handles (see the top of this file). */
+static void
+worker_cancel_handler(SIGNAL_ARGS)
 {
-	TimestampTz start = GetCurrentTimestamp();
+	int			save_errno = errno;
 
-	if (!wake_on_commit)
-		ConditionVariableCancelSleep();
+	cancel_pending = true;
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
 
-	for (;;)
+/* Milliseconds from now until t, rounded up; 0 once passed. */
+static long
+ms_until(TimestampTz now, TimestampTz t)
+{
+	return t <= now ? 0 : (long) Min((t - now + 999) / 1000, (TimestampTz) INT_MAX);
+}
+
+/*
+ * How long the loop may sleep: until the earliest of the next reading
+ * (the naptime), the sinks' timers, each batch's wake_at and the
+ * pipelines' holds, retries and pacing; not at all when something is to
+ * be done now.
+ */
+static long
+sleep_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until = next_reading_at;
+	TimestampTz t;
+	dlist_iter	iter;
+
+	if (scan_needed || reading_needed || cancel_pending)
+		return 0;
+	if (earliest_due != 0 && earliest_due < until)
+		until = earliest_due;
+	t = RelayTimersEarliest();
+	if (t != 0 && t < until)
+		until = t;
+	dlist_foreach(iter, &operations)
 	{
-		long		secs;
-		int			usecs;
-		long		elapsed_ms;
-		long		remaining;
+		Operation  *op = dlist_container(Operation, node, iter.cur);
 
-		TimestampDifference(start, GetCurrentTimestamp(), &secs, &usecs);
-		elapsed_ms = secs * 1000 + usecs / 1000;
-		remaining = RelayNaptimeMs - elapsed_ms;
-		if (earliest_due != 0)
-		{
-			long		until_retry;
-
-			TimestampDifference(GetCurrentTimestamp(), earliest_due, &secs, &usecs);
-			until_retry = secs * 1000 + (usecs + 999) / 1000;
-			remaining = Min(remaining, until_retry);
-		}
-		if (remaining <= 0)
-			return false;
-		if (!wake_on_commit)
-		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 Min(remaining, RELAY_SLEEP_SLICE_MS), PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-		else
-		{
-			if (WakeCommitCount(MyDatabaseId) != seen)
-				return true;
-			(void) ConditionVariableTimedSleep(cv, Min(remaining, RELAY_SLEEP_SLICE_MS),
-											   PG_WAIT_EXTENSION);
-			if (WakeCommitCount(MyDatabaseId) != seen)
-				return true;
-		}
-		/*
-		 * The worker must stop (a reload is taken here: a new naptime counts
-		 * from the next slice), or SQL changed a pipeline or queued retries
-		 * (backend.c).
-		 */
-		if (RelayWorkerShouldStop() ||
-			pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
-			return false;
+		if (op->batch.ready)
+			return 0;
+		if (op->batch.wake_at != 0 && op->batch.wake_at < until)
+			until = op->batch.wake_at;
 	}
+	return ms_until(now, until);
+}
+
+/*
+ * The worker's wait: its latch, the postmaster's death and the epoll
+ * descriptor that holds every sink's sockets (events.c), in one set made
+ * once.
+ */
+static WaitEventSet *
+make_wait_set(void)
+{
+	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	if (RelayEventsFd() < 0)
+		ereport(ERROR,
+				(errcode_for_socket_access(),
+				 errmsg("could not create an epoll descriptor for the relay worker: %m")));
+	AddWaitEventToSet(set, WL_SOCKET_READABLE, RelayEventsFd(), NULL, NULL);
+	return set;
+}
+
+/*
+ * One turn of the loop (see the top of this file). Not inlined into the
+ * PG_TRY of RelayWorkerMain, where its locals could be clobbered by the
+ * longjmp of an ERROR.
+ */
+pg_noinline static void
+loop_once(WaitEventSet *set, ConditionVariable *cv)
+{
+	WaitEvent	events[3];
+	int			nevents;
+	uint64		commits;
+	long		timeout;
+
+	MemoryContextSwitchTo(loop_cxt);
+	MemoryContextReset(loop_cxt);
+
+	/* On the wait list before looking, so no commit from now on is missed. */
+	if (has_work)
+		ConditionVariablePrepareToSleep(cv);
+	else
+		ConditionVariableCancelSleep();
+	commits = WakeCommitCount(MyDatabaseId);
+	if (commits != seen_commits)
+	{
+		/* a publishing commit: every pipeline looks for its messages */
+		HASH_SEQ_STATUS seq;
+		PipelineState *st;
+
+		seen_commits = commits;
+		if (has_work)
+		{
+			pg_atomic_fetch_add_u64(&my_slot->wakeups, 1);
+			if (pipeline_states != NULL)
+			{
+				hash_seq_init(&seq, pipeline_states);
+				while ((st = hash_seq_search(&seq)) != NULL)
+					st->look = true;
+			}
+			scan_needed = true;
+		}
+	}
+
+	CHECK_FOR_INTERRUPTS();
+	RelayExitIfPostmasterDied();
+	if (cancel_pending)
+	{
+		int			n;
+
+		cancel_pending = false;
+		n = abandon_operations();
+		ereport(LOG,
+				(errmsg("pg_tide relay worker for database %u was asked to cancel: %d batch%s in flight abandoned",
+						MyDatabaseId, n, n == 1 ? "" : "es"),
+				 errdetail("Nothing of them was recorded; they are leased and delivered again at once. The worker goes on."),
+				 errhint("pg_terminate_backend() stops the worker; the launcher starts another.")));
+	}
+	if (worker_should_stop())
+	{
+		/* stopped while batches were in flight: nothing is recorded, the lease sends them again */
+		abandon_operations();
+		worker_leave(RELAY_EXIT_STOPPED, stop_reason);
+	}
+	if (RelayWorkerRetired())
+	{
+		if (n_operations == 0)
+			worker_leave(RELAY_EXIT_STOPPED, "retired: relay_workers_per_database lowered, or its slot needed");
+		retiring = true;
+	}
+	/* After a reload: the database's and role's settings again (worker_settings.c). */
+	RelayApplyDatabaseSettings();
+	if (pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
+		reading_needed = true;
+	if (reading_needed || GetCurrentTimestamp() >= next_reading_at)
+	{
+		if (!read_pipelines())
+		{
+			abandon_operations();
+			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
+		}
+	}
+	if (scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due))
+		scan_pipelines();
+	progress_operations();
+
+	/* (the short transactions of the turn reported their own activity) */
+	if (n_operations > 0)
+		pgstat_report_activity(STATE_RUNNING, "pg_tide relay: delivering a batch");
+	else
+		pgstat_report_activity(STATE_IDLE, NULL);
+	timeout = sleep_ms();
+	nevents = WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+	for (int i = 0; i < nevents; i++)
+	{
+		if (events[i].events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		if (events[i].events & WL_SOCKET_READABLE)
+			RelayEventsDispatch();
+	}
+	RelayTimersFire(GetCurrentTimestamp());
 }
 
 /* Entry point of a relay worker; main_arg is its slot number. */
@@ -869,13 +1328,14 @@ RelayWorkerMain(Datum main_arg)
 	uint32		generation;
 	Oid			dboid = InvalidOid;
 	bool		mine = false;
-	MemoryContext loop_cxt;
 	ConditionVariable *cv;
+	WaitEventSet *set;
 
 	/* Only this process may consume from the pipelines' groups (src/outbox_rights.c). */
 	TideInRelayWorker = true;
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGINT, worker_cancel_handler);
 	BackgroundWorkerUnblockSignals();
 
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
@@ -889,6 +1349,7 @@ RelayWorkerMain(Datum main_arg)
 	{
 		my_slot = &Relay->slots[slotno];
 		my_slot->pid = MyProcPid;
+		my_slot->latch = MyLatch;
 		dboid = my_slot->dboid;
 		mine = true;
 	}
@@ -911,35 +1372,25 @@ RelayWorkerMain(Datum main_arg)
 
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide relay worker loop",
 									 ALLOCSET_DEFAULT_SIZES);
+	engine_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide relay engine",
+									   ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(loop_cxt);
 	cv = WakeConditionVariable(MyDatabaseId);
+	set = make_wait_set();
+	seen_commits = WakeCommitCount(MyDatabaseId);
 
 	for (;;)
 	{
-		bool		installed = false;
-		bool		has_work = false;
 		bool		failed = false;
-		bool		more = false;
-		uint64		seen;
-
-		/* Before looking, so a commit during the pass still wakes the sleep. */
-		ConditionVariablePrepareToSleep(cv);
-		seen = WakeCommitCount(MyDatabaseId);
-
-		CHECK_FOR_INTERRUPTS();
-		if (RelayWorkerShouldStop())
-			worker_leave(RELAY_EXIT_STOPPED, stop_reason);
-		/* Between passes: a lowered relay_workers_per_database, reloaded settings. */
-		if (RelayWorkerRetired())
-			worker_leave(RELAY_EXIT_STOPPED, "retired: relay_workers_per_database lowered, or its slot needed");
-		RelayApplyDatabaseSettings();
 
 		PG_TRY();
 		{
-			installed = worker_pass(loop_cxt, &has_work, &more);
+			loop_once(set, cv);
 		}
 		PG_CATCH();
 		{
+			/* before anything frees the memory the sinks point into */
+			abandon_operations();
 			MemoryContextSwitchTo(loop_cxt);
 			EmitErrorReport();
 			FlushErrorState();
@@ -955,15 +1406,5 @@ RelayWorkerMain(Datum main_arg)
 					 errdetail("The launcher starts it again in %d seconds.", RELAY_ERROR_BACKOFF_MS / 1000)));
 			worker_leave(RELAY_EXIT_ERROR, "error");
 		}
-		if (!installed)
-			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
-
-		pg_atomic_fetch_add_u64(&my_slot->passes, 1);
-		pgstat_report_activity(STATE_IDLE, NULL);
-		MemoryContextReset(loop_cxt);
-
-		/* A pipeline with a backlog goes on at once, after the checks above. */
-		if (!more && worker_sleep(cv, seen, has_work))
-			pg_atomic_fetch_add_u64(&my_slot->wakeups, 1);
 	}
 }

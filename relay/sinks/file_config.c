@@ -16,7 +16,7 @@
 #include "utils/acl.h"
 
 #include "config_value.h"
-#include "pipeline_config.h"
+#include "sinks.h"
 
 const char *const RelayFileConfigKeys[] = {"path", "batch_size", "fsync", NULL};
 

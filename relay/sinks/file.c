@@ -1,7 +1,8 @@
 /*
- * sink_file.c
+ * file.c
  *		The file sink: appends one JSON line per message to a file, for
- *		diagnostics.
+ *		diagnostics. Its config: "path" (required) and "fsync" (default
+ *		true).
  *
  * 1. Build the whole batch as one buffer of lines:
  *	  {"id": "outbox_<outbox>:<id>", "outbox": …, "message_id": …,
@@ -14,8 +15,10 @@
  *	  A failed write or fsync cuts the file back to its size before the
  *	  batch, so a retried batch does not follow a torn copy of itself.
  *
- * Runs with no transaction open. Every failure is returned as data, never
- * raised: the caller logs it and the batch is leased again.
+ * A batch is written at once by `start` (a local file has nothing to wait
+ * for), so `progress` only says it is finished. Runs with no transaction
+ * open. Every failure is returned as data, never raised: the caller logs
+ * it and the batch is leased again.
  */
 #include "postgres.h"
 
@@ -27,6 +30,20 @@
 #include "portability/instr_time.h"
 
 #include "sink.h"
+#include "sinks.h"
+
+/* A file pipeline's settings, from its config. */
+typedef struct FileSinkConfig
+{
+	char	   *path;
+	bool		fsync;
+} FileSinkConfig;
+
+/* What a batch came to, between `start` and `outcomes`. */
+typedef struct FileBatch
+{
+	RelayDeliveryResult result;
+} FileBatch;
 
 /* Writes all of buf, retrying short writes and EINTR; false with errno set. */
 static bool
@@ -80,11 +97,11 @@ fail(RelayDeliveryResult *result, int nmsgs, const char *what, const char *path)
 }
 
 /* Appends a batch to the sink's file: see the top of this file. */
-void
-RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
-					 RelayDeliveryResult *result)
+static void
+append_batch(const FileSinkConfig *cfg, const RelayMessage *msgs, int nmsgs,
+			 RelayDeliveryResult *result)
 {
-	const char *path = sink->u.file.path;
+	const char *path = cfg->path;
 	StringInfoData buf;
 	struct stat st;
 	int			fd;
@@ -133,7 +150,7 @@ RelayFileSinkDeliver(const RelaySink *sink, const RelayMessage *msgs, int nmsgs,
 		cut_back(fd, st.st_size);
 		goto done;
 	}
-	if (sink->u.file.fsync && fsync(fd) != 0)
+	if (cfg->fsync && fsync(fd) != 0)
 	{
 		fail(result, nmsgs, "fsync", path);
 		cut_back(fd, st.st_size);
@@ -152,3 +169,68 @@ done:
 		result->each[i].latency_ms = INSTR_TIME_GET_MILLISEC(elapsed);
 	pfree(buf.data);
 }
+
+/* The pipeline's settings: a path is required. */
+static bool
+file_open(const cJSON *config, RelaySinkOpened *opened)
+{
+	FileSinkConfig *cfg;
+
+	if (!cJSON_IsString(RelayConfigMember(config, "path")))
+	{
+		opened->error = "its config has no \"path\"";
+		return false;
+	}
+	cfg = palloc0(sizeof(FileSinkConfig));
+	cfg->path = RelayConfigString(config, "path");
+	cfg->fsync = !RelayConfigIs(config, "fsync", false);
+	opened->state = cfg;
+	/* a file that cannot be written is retried soon */
+	opened->retry_at_once = true;
+	return true;
+}
+
+/* Writes the batch at once: there is nothing to wait for. */
+static void
+file_start(void *state, RelaySinkBatch *batch)
+{
+	FileBatch  *fb = palloc0(sizeof(FileBatch));
+
+	fb->result.each = palloc0(sizeof(RelayMessageOutcome) * Max(batch->nmsgs, 1));
+	for (int i = 0; i < batch->nmsgs; i++)
+		fb->result.each[i].wait_ms = -1;
+	append_batch(state, batch->msgs, batch->nmsgs, &fb->result);
+	batch->sink_private = fb;
+}
+
+static bool
+file_progress(void *state, RelaySinkBatch *batch)
+{
+	return true;
+}
+
+static void
+file_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
+{
+	FileBatch  *fb = batch->sink_private;
+
+	memcpy(result->each, fb->result.each, sizeof(RelayMessageOutcome) * batch->nmsgs);
+}
+
+/* Nothing is left in flight once `start` returned. */
+static void
+file_cancel(void *state, RelaySinkBatch *batch)
+{
+}
+
+const RelaySinkRoutine RelayFileSinkRoutine = {
+	.name = "file",
+	.config_keys = RelayFileConfigKeys,
+	.validate = RelayFileValidate,
+	.open = file_open,
+	.start = file_start,
+	.progress = file_progress,
+	.outcomes = file_outcomes,
+	.cancel = file_cancel,
+	.close = NULL,
+};
