@@ -12,11 +12,12 @@
  *
  * The loop, each turn (loop_once):
  *
- * 1. Stay on the database's wake-up condition variable's wait list before
- *	  looking (a broadcast sets the latch of a process on the list), so a
- *	  commit that happens while the turn runs is not missed; a commit count
- *	  that moved (wake.c tells a commit's wake-up from others) makes every
- *	  pipeline look for messages. Commits wake the worker only while the
+ * 1. A commit count that moved since the last turn (wake.c tells a
+ *	  commit's wake-up from others) makes every pipeline look for messages.
+ *	  The worker joins the database's wake-up condition variable's wait
+ *	  list right before it waits (step 7) and reads the count after joining,
+ *	  so no commit is missed (a broadcast sets the latch of a process on the
+ *	  list). Commits wake the worker only while the
  *	  database has an enabled pipeline; without one it just naps, so
  *	  publishing costs it nothing (a pipeline change still sets its latch).
  * 2. Handle signals: SIGHUP reloads the configuration, SIGTERM (die) ends
@@ -1235,11 +1236,6 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	MemoryContextSwitchTo(loop_cxt);
 	MemoryContextReset(loop_cxt);
 
-	/* On the wait list before looking, so no commit from now on is missed. */
-	if (has_work)
-		ConditionVariablePrepareToSleep(cv);
-	else
-		ConditionVariableCancelSleep();
 	commits = WakeCommitCount(MyDatabaseId);
 	if (commits != seen_commits)
 	{
@@ -1309,6 +1305,22 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	else
 		pgstat_report_activity(STATE_IDLE, NULL);
 	timeout = sleep_ms();
+
+	/*
+	 * On the wait list right before the wait, and the commit count read
+	 * after joining it, so no commit is missed: one from now on sets the
+	 * latch, one before shows in the count. Not earlier in the turn: any
+	 * ConditionVariableBroadcast this process makes (PostgreSQL's own, at
+	 * the end of a buffer's I/O, say) takes it off every wait list.
+	 */
+	if (has_work)
+	{
+		ConditionVariablePrepareToSleep(cv);
+		if (WakeCommitCount(MyDatabaseId) != seen_commits)
+			timeout = 0;
+	}
+	else
+		ConditionVariableCancelSleep();
 	nevents = WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 	for (int i = 0; i < nevents; i++)
 	{

@@ -170,14 +170,16 @@ for my $t (sort keys %$before)
 is(sql('upgraded', q{SELECT string_agg(concat_ws(' ', pipeline_id, held_since, held_until, held_reason,
 		turn_error, turn_error_since, turn_errors), ',') FROM tide.relay_pipeline_health}),
 	'to_file 0', 'relay_pipeline_health: the new columns of an old row say no hold and no error');
-$node->append_conf('postgresql.conf', "pg_tide.relay_enabled = on\n");
-$node->reload;
-
 # The schema: the updated extension is a fresh install.
 is(schema_dump('upgraded'), schema_dump('fresh'),
 	'pg_dump of the updated database equals that of a fresh install');
 is(privileges('upgraded'), privileges('fresh'),
 	'every function\'s ACL, SECURITY DEFINER, search_path and body, and every relation\'s ACL, as fresh');
+
+# The relay on again only now: a worker writing meanwhile (an attempt, a
+# sequence's value) would make the two dumps differ.
+$node->append_conf('postgresql.conf', "pg_tide.relay_enabled = on\n");
+$node->reload;
 
 # The worker delivers after the update, everything committed before it.
 ok(wait_until(sub { -e "$dir/upgraded.jsonl" && (() = slurp_file("$dir/upgraded.jsonl") =~ /\n/g) >= 20 }, 20),
