@@ -235,7 +235,7 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
 extern char *RelaySecretsDirectory;
 extern bool RelayResolveSecrets(char **headers, char **secrets, char **error);
 
-/* worker.c; RelayWorkerShouldStop, which sinks ask, is in sink.h */
+/* worker.c */
 extern PGDLLEXPORT void RelayWorkerMain(Datum main_arg);
 
 #endif							/* TIDE_RELAY_H */

@@ -96,7 +96,7 @@
 
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
-/* Why RelayWorkerShouldStop last said the worker must stop. */
+/* Why worker_should_stop last said the worker must stop. */
 static const char *stop_reason = "asked to stop";
 
 /* A reload happened: read the pipelines again (and take a new naptime). */
