@@ -9,9 +9,10 @@
  * A pipeline's life: `open` turns its config into the sink's own state
  * (a struct private to the sink's file), kept for as long as the worker
  * serves that reading of the pipeline. A batch is then an operation in
- * flight: `start` sends it, `progress` is called right after, then whenever the sockets or
- * timers the sink registered with the worker's wait (events.h) are ready
- * or the batch's wake_at has come, until it says the batch is finished;
+ * flight: `start` sends it, `progress` is called right after it and then
+ * whenever the sockets or timers the sink registered with the worker's wait
+ * (events.h) are ready or the batch's wake_at has come, until it says the
+ * batch is finished;
  * `outcomes` then reports what became of each message. `cancel` abandons
  * a batch in flight: the worker stops, a cancel, an ERROR. `close` ends
  * the pipeline's state.

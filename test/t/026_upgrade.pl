@@ -72,9 +72,14 @@ sub populate
 	});
 	sql($db, "SELECT tide.relay_set_outbox('to_file', 'orders', 'to_file',
 		  jsonb_build_object('sink_type', 'file', 'path', '$dir/$db.jsonl'))");
-	sql($db, "SELECT tide.relay_set_outbox('hook', 'events', 'hook_group',
+	# Set and disabled in one transaction: enabled for a moment, it would
+	# send the events outbox's message to example.com (an attempt logged in
+	# one database and not the other).
+	sql($db, "BEGIN;
+		SELECT tide.relay_set_outbox('hook', 'events', 'hook_group',
 		  '{\"sink_type\": \"webhook\", \"url\": \"https://example.com/hook\"}');
-		SELECT tide.relay_disable('hook')");
+		SELECT tide.relay_disable('hook');
+		COMMIT");
 }
 
 # Rows and a digest of every table of the extension and of the inbox, over
