@@ -38,6 +38,7 @@
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
+#include "relay.h"
 #include "sink.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_normalize_config);
@@ -275,9 +276,12 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
 	if (sink_takes(sink, "ordering"))
 	{
-		static const char *const orderings[] = {"relaxed", "strict", NULL};
+		static const char *const orderings[] = {"relaxed", "strict", "key", NULL};
+		const char *ordering = RelayConfigChoice(config, "ordering", orderings, "relaxed");
 
-		RelayConfigAddString(out, "ordering", RelayConfigChoice(config, "ordering", orderings, "relaxed"));
+		RelayConfigAddString(out, "ordering", ordering);
+		/* "ordering_key", required with "key" and refused otherwise (ordering.c) */
+		RelayOrderingValidate(config, ordering, out);
 	}
 	RelayConfigAddBool(out, "attempt_log", RelayConfigBool(config, "attempt_log", true));
 	alerts_config(config, out);
