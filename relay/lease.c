@@ -134,8 +134,8 @@ int
 RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 				 TimestampTz *next_due)
 {
-	Oid			argtypes[3] = {TEXTOID, INT4OID, BOOLOID};
-	Datum		values[3];
+	Oid			argtypes[4] = {TEXTOID, INT4OID, BOOLOID, TIMESTAMPTZOID};
+	Datum		values[4];
 	int			n;
 	int			i;
 	bool		isnull;
@@ -145,10 +145,17 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(limit);
 	values[2] = BoolGetDatum(p->ordering_key != NULL);
+	/*
+	 * One "now" for both statements: with clock_timestamp() read per row,
+	 * an earlier entry could fall due between the look at it and the look
+	 * at a later entry of its key, which would then go without it; and an
+	 * entry is either taken or counted in *next_due.
+	 */
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 	if (SPI_execute_with_args("SELECT pg_catalog.min(next_attempt_at) FROM tide.relay_retry_queue"
 							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+							  "   AND next_attempt_at OPERATOR(pg_catalog.>) $4",
+							  4, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
 	*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 												  1, &isnull));
@@ -159,15 +166,15 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 							  "       q.ordering_key"
 							  "  FROM tide.relay_retry_queue q"
 							  " WHERE q.pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND q.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
+							  "   AND q.next_attempt_at OPERATOR(pg_catalog.<=) $4"
 							  "   AND (NOT $3 OR q.ordering_key IS NULL OR NOT EXISTS"
 							  "        (SELECT FROM tide.relay_retry_queue e"
 							  "          WHERE e.pipeline_id OPERATOR(pg_catalog.=) q.pipeline_id"
 							  "            AND e.ordering_key OPERATOR(pg_catalog.=) q.ordering_key"
 							  "            AND e.message_id OPERATOR(pg_catalog.<) q.message_id"
-							  "            AND e.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()))"
+							  "            AND e.next_attempt_at OPERATOR(pg_catalog.>) $4))"
 							  " ORDER BY CASE WHEN $3 THEN NULL ELSE q.next_attempt_at END, q.message_id LIMIT $2",
-							  3, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+							  4, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
 
 	n = (int) SPI_processed;

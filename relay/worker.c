@@ -457,6 +457,10 @@ typedef enum BatchEnd
  *	 destination failure stops the offset there and holds the pipeline.
  * - Live, ordering 'strict': the offset moves over the delivered prefix and
  *	 the pipeline is held at the first failure.
+ * - Live, ordering 'key': as by default, and a message held back by its
+ *	 key (its key blocked, or an earlier message of its key in the batch
+ *	 failed or parked) is parked: queued behind it, due at once, its
+ *	 attempts unchanged (ordering.c).
  * - From the retry queue: delivered messages leave it, failed ones are
  *	 scheduled again or dead-lettered, the others stay as they were.
  * - A destination that asks to be disabled (410 Gone) has what was
@@ -650,7 +654,10 @@ turn_ok(PipelineState *st)
  * Starts a batch as an operation in flight: the messages the pipeline's
  * routing lets pass (live batches only: a message queued for retry or by
  * an operator was chosen already) go to the sink; the others are passed
- * over, as if acknowledged (RELAY_FILTERED when recorded).
+ * over, as if acknowledged (RELAY_FILTERED when recorded). With ordering
+ * 'key', a message whose key is blocked (ordering.c) is not sent either,
+ * and is parked when recorded; the sink gets each message's dependency on
+ * the previous one of its key that it sends (RelaySinkBatch.after).
  */
 static void
 start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, bool from_queue,
@@ -668,10 +675,12 @@ start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, boo
 	for (int i = 0; i < n; i++)
 	{
 		op->pos[i] = -1;
-		if (msgs[i].blocked)
+		if (!from_queue && p->routing != NULL &&
+			!RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+			msgs[i].blocked = false;	/* not for this pipeline: passed over, never parked */
+		else if (msgs[i].blocked)
 			op->nblocked++;
-		else if (from_queue || p->routing == NULL ||
-				 RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+		else
 		{
 			op->pos[i] = npass;
 			pass[npass++] = msgs[i];

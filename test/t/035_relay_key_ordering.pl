@@ -8,7 +8,9 @@
 #  - every message arrived, none was dead-lettered, and nothing is left
 #    in the retry queue;
 #  - a failing key held back only itself: while a message waited for its
-#    next attempt, messages of other keys arrived.
+#    next attempt, messages of other keys arrived;
+#  - with "types" routing, a message of another type is never sent, even
+#    when its key is blocked.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -226,6 +228,53 @@ my $timeouts = sql("SELECT count(*) FROM tide.relay_attempts
 	WHERE pipeline_id = 'hook' AND error_class = 'timeout'");
 note("attempts that timed out: $timeouts");
 cmp_ok($timeouts, '>', 0, 'some attempts timed out (their answer came after timeout_ms)');
+
+# With routing: a message its "types" pass over is never sent, not even once
+# parked or blocked behind a failing message of its key. 10 keys, whose
+# messages are of type order.kept and order.skipped in turn; 30 % of the
+# answers are 503.
+$rcv->control({ reset => JSON::PP::true });
+$rcv->control({ fail_rate => 0.3, fail_code => 503, seed => 7 });
+my $typed = $json->decode($cfg);
+$typed->{url} = $rcv->url('/typed');
+$typed->{types} = ['order.kept'];
+sql("SELECT tide.relay_set_outbox('typed', 'orders', 'typed', '" . $json->encode($typed) . "'::jsonb)");
+my %typed_key;
+my %kept;
+for my $row (split /\n/, sql("SELECT tide.outbox_publish('orders', jsonb_build_object('agg', 't' || (g % 10)),
+		jsonb_build_object('type', CASE WHEN (g / 10) % 2 = 0 THEN 'order.kept' ELSE 'order.skipped' END)),
+		g % 10, (g / 10) % 2 = 0 FROM generate_series(1, 200) g"))
+{
+	my ($id, $k, $keep) = split /\|/, $row;
+	$typed_key{$id} = "t$k";
+	$kept{$id} = 1 if $keep eq 't';
+}
+my %typed_seen;
+ok(defined wait_until(sub {
+	%typed_seen = ();
+	for my $r ($rcv->requests)
+	{
+		next unless $r->{path} eq '/typed' && $r->{status} == 200;
+		$typed_seen{ $json->decode($r->{body})->{message_id} } = 1;
+	}
+	!grep { !$typed_seen{$_} } keys %kept }, 60, 200_000), 'every message of the routed type arrived');
+my @typed_requests = grep { $_->{path} eq '/typed' } $rcv->requests;
+is(scalar(grep { !$kept{ $json->decode($_->{body})->{message_id} } } @typed_requests), 0,
+	'no message of another type was sent');
+my %typed_last;
+my $typed_overtakes = 0;
+for my $r (grep { $_->{status} == 200 } @typed_requests)
+{
+	my $id = $json->decode($r->{body})->{message_id};
+	my $k = $typed_key{$id};
+	$typed_overtakes++ if defined $typed_last{$k} && $id < $typed_last{$k} && !$typed_seen{"first:$id"};
+	$typed_seen{"first:$id"} = 1;
+	$typed_last{$k} = $id if !defined $typed_last{$k} || $id > $typed_last{$k};
+}
+is($typed_overtakes, 0, 'with routing too, each key arrived in id order');
+cmp_ok(scalar(grep { $_->{status} == 503 } @typed_requests), '>', 10, 'the routed pipeline saw failures');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_retry_queue WHERE pipeline_id = 'typed'") eq '0' }, 10),
+	'its retry queue is empty');
 
 $rcv->stop;
 $node->stop;
