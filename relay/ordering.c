@@ -77,6 +77,11 @@ pointer_segments(const char *pointer, List **segments)
 	return true;
 }
 
+/*
+ * The validator of "ordering_key" (pipeline_config.c calls it with the
+ * chosen ordering): required with "key", refused otherwise; a JSON pointer
+ * must parse. Raises 22023 with a hint; adds the key to `out`.
+ */
 void
 RelayOrderingValidate(const cJSON *config, const char *ordering, cJSON *out)
 {
@@ -108,6 +113,11 @@ RelayOrderingValidate(const cJSON *config, const char *ordering, cJSON *out)
 	RelayConfigAddCopy(out, "ordering_key", key);
 }
 
+/*
+ * The lease query's arguments that compute each message's key: the header
+ * name, or the pointer as a text[] path for #>>; both NULL (no key at all)
+ * without ordering 'key'.
+ */
 void
 RelayOrderingKeyArgs(const RelayPipeline *p, Datum *header, bool *header_null,
 					 Datum *path, bool *path_null)
@@ -133,18 +143,25 @@ RelayOrderingKeyArgs(const RelayPipeline *p, Datum *header, bool *header_null,
 	*path_null = false;
 }
 
+/*
+ * Marks the leased messages whose key is blocked (the retry queue holds an
+ * entry of it), in one query, in the lease's transaction: they are parked,
+ * not sent.
+ */
 void
 RelayOrderingFindBlocked(const RelayPipeline *p, RelayMessage *msgs, int n)
 {
 	Oid			argtypes[2] = {TEXTOID, TEXTARRAYOID};
 	Datum		values[2];
-	Datum	   *keys = palloc(sizeof(Datum) * Max(n, 1));
-	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
+	Datum	   *keys;
+	bool	   *nulls;
 	bool		any = false;
 	bool		isnull;
 
 	if (p->ordering_key == NULL)
 		return;
+	keys = palloc(sizeof(Datum) * Max(n, 1));
+	nulls = palloc(sizeof(bool) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		nulls[i] = msgs[i].key == NULL;
@@ -184,6 +201,10 @@ compare_by_key(const void *a, const void *b)
 	return c != 0 ? c : (ia > ib) - (ia < ib);
 }
 
+/*
+ * after[i]: the previous message of msgs[i]'s key among those included
+ * (include NULL: all), or -1; what the sink waits for (sink.h).
+ */
 void
 RelayOrderingDependencies(const RelayMessage *msgs, int n, const bool *include, int *after)
 {
@@ -211,6 +232,12 @@ failed(RelayOutcome o)
 	return o == RELAY_RETRYABLE || o == RELAY_PERMANENT;
 }
 
+/*
+ * Which NOT_SENT messages of a live batch are parked (*parked, their
+ * outcome's error saying why): those of a blocked key, and those whose
+ * previous message of their key in the batch failed or was parked. The
+ * others not sent are not settled and are leased again. Returns how many.
+ */
 int
 RelayOrderingParked(const RelayMessage *msgs, int n, const int *after,
 					RelayMessageOutcome *each, bool *parked)
