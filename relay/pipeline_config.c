@@ -50,6 +50,9 @@ static const char *const common_keys[] = {
 	"rate_limit", "breaker", "allow_other_consumers", NULL
 };
 
+/* The keys of the ordering, for the sinks that take "ordering" (ordering.c). */
+static const char *const ordering_keys[] = {"ordering", "ordering_key", NULL};
+
 /* Whether a sink takes one of the common keys that not every sink takes. */
 static bool
 sink_takes(const RelaySinkRoutine *sink, const char *key)
@@ -268,6 +271,13 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	sink = RelaySinkLookup(sink_type);
 	Assert(sink != NULL);
 
+	/* a sink without "ordering" (a file) delivers in id order anyway: say so */
+	if (!sink_takes(sink, "ordering"))
+		for (const char *const *k = ordering_keys; *k; k++)
+			if (cJSON_GetObjectItemCaseSensitive(config, *k) != NULL)
+				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: a %s pipeline delivers every message in id order.",
+										  sink->name),
+								 "config key \"%s\" is not for a %s pipeline", *k, sink->name);
 	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
 	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);
