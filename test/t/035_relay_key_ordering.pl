@@ -10,7 +10,9 @@
 #  - a failing key held back only itself: while a message waited for its
 #    next attempt, messages of other keys arrived;
 #  - with "types" routing, a message of another type is never sent, even
-#    when its key is blocked.
+#    when its key is blocked;
+#  - a key taken from a header ("ordering_key": "aggregate-id") keeps the
+#    same order through failures.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -229,6 +231,24 @@ my $timeouts = sql("SELECT count(*) FROM tide.relay_attempts
 note("attempts that timed out: $timeouts");
 cmp_ok($timeouts, '>', 0, 'some attempts timed out (their answer came after timeout_ms)');
 
+# How many messages of the requests (those answered 200) arrived for the
+# first time after a later message of their key (%$key_of: id => key).
+sub overtakes
+{
+	my ($requests, $key_of) = @_;
+	my (%last, %seen);
+	my $n = 0;
+	for my $r (grep { $_->{status} == 200 } @$requests)
+	{
+		my $id = $json->decode($r->{body})->{message_id};
+		my $k = $key_of->{$id};
+		next if !defined $k || $seen{$id}++;
+		$n++ if defined $last{$k} && $id < $last{$k};
+		$last{$k} = $id if !defined $last{$k} || $id > $last{$k};
+	}
+	return $n;
+}
+
 # With routing: a message its "types" pass over is never sent, not even once
 # parked or blocked behind a failing message of its key. 10 keys, whose
 # messages are of type order.kept and order.skipped in turn; 30 % of the
@@ -261,20 +281,39 @@ ok(defined wait_until(sub {
 my @typed_requests = grep { $_->{path} eq '/typed' } $rcv->requests;
 is(scalar(grep { !$kept{ $json->decode($_->{body})->{message_id} } } @typed_requests), 0,
 	'no message of another type was sent');
-my %typed_last;
-my $typed_overtakes = 0;
-for my $r (grep { $_->{status} == 200 } @typed_requests)
-{
-	my $id = $json->decode($r->{body})->{message_id};
-	my $k = $typed_key{$id};
-	$typed_overtakes++ if defined $typed_last{$k} && $id < $typed_last{$k} && !$typed_seen{"first:$id"};
-	$typed_seen{"first:$id"} = 1;
-	$typed_last{$k} = $id if !defined $typed_last{$k} || $id > $typed_last{$k};
-}
-is($typed_overtakes, 0, 'with routing too, each key arrived in id order');
+is(overtakes(\@typed_requests, \%typed_key), 0, 'with routing too, each key arrived in id order');
 cmp_ok(scalar(grep { $_->{status} == 503 } @typed_requests), '>', 10, 'the routed pipeline saw failures');
 ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_retry_queue WHERE pipeline_id = 'typed'") eq '0' }, 10),
 	'its retry queue is empty');
+
+# The key from a header: "ordering_key": "aggregate-id", 5 keys.
+$rcv->control({ reset => JSON::PP::true });
+$rcv->control({ fail_rate => 0.3, fail_code => 503, seed => 11 });
+my $by_header = $json->decode($cfg);
+$by_header->{url} = $rcv->url('/by_header');
+$by_header->{ordering_key} = 'aggregate-id';
+sql("SELECT tide.outbox_create('accounts')");
+sql("SELECT tide.relay_set_outbox('by_header', 'accounts', 'by_header', '" . $json->encode($by_header) . "'::jsonb)");
+my %header_key;
+for my $row (split /\n/, sql("SELECT tide.outbox_publish('accounts', jsonb_build_object('n', g),
+		jsonb_build_object('aggregate-id', 'h' || (g % 5))), g % 5 FROM generate_series(1, 200) g"))
+{
+	my ($id, $k) = split /\|/, $row;
+	$header_key{$id} = "h$k";
+}
+my @header_requests;
+my $header_keys_queued = 0;
+ok(defined wait_until(sub {
+	$header_keys_queued ||= sql("SELECT count(*) FROM tide.relay_retry_queue
+		WHERE pipeline_id = 'by_header' AND ordering_key ~ '^h[0-4]\$'") > 0;
+	@header_requests = grep { $_->{path} eq '/by_header' } $rcv->requests;
+	my %ok = map { $json->decode($_->{body})->{message_id} => 1 } grep { $_->{status} == 200 } @header_requests;
+	!grep { !$ok{$_} } keys %header_key }, 60, 200_000), 'keyed by a header: every message arrived');
+is(overtakes(\@header_requests, \%header_key), 0, 'keyed by a header: each key arrived in id order');
+cmp_ok(scalar(grep { $_->{status} == 503 } @header_requests), '>', 10, 'keyed by a header: through failures');
+ok($header_keys_queued, 'keyed by a header: queued entries carry the header\'s value as their key');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_retry_queue WHERE pipeline_id = 'by_header'") eq '0' }, 10),
+	'keyed by a header: its retry queue is empty');
 
 $rcv->stop;
 $node->stop;
