@@ -40,29 +40,29 @@
 #              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
 #              connections, and also 32
 #   BATCH_SIZE mode batch's batch_size (default 1000)
-<<<<<<< HEAD
 #   WORKERS_PIPELINES, WORKERS_N, WORKERS_N_SLOW  the runs with several
 #              workers per database: pipelines (default 8) and messages
 #              per pipeline, to a receiver answering at once (default
 #              10000) and after 5 ms (default 2000)
-#   PARTS      "all" (default), or "workers" for those runs alone
+#   ISOLATION  1 (default): also the latency at the first of RATES beside a
+#              second pipeline of the same outbox whose destination accepts
+#              connections and never answers (timeout_ms 3000); 0 skips it
+#   PARTS      "all" (default); "workers" for those runs alone; "ordering"
+#              for mode single with ordering relaxed and "key" alone
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's)
-# With the defaults it runs for about 9 minutes.
+# With the defaults it runs for about 10 minutes.
 #
 # Several workers per database: WORKERS_PIPELINES pipelines (mode single,
 # each of its own outbox) with WORKERS_N messages each wait while disabled;
 # one commit enables them all; the rate is all their messages divided by the
 # time from that commit to the last one's record, once with
 # pg_tide.relay_workers_per_database = 1 and once with 2, round by round.
-=======
-#   ISOLATION  1 (default): also the latency at the first of RATES beside a
-#              second pipeline of the same outbox whose destination accepts
-#              connections and never answers (timeout_ms 3000); 0 skips it
-#   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  where the cluster runs, and which
-#              PostgreSQL (see test/lib.sh)
-# With the defaults it runs for about 8 minutes.
->>>>>>> h-engine
+#
+# Ordering per key: the mode-single run again with "ordering": "key" and
+# "ordering_key": "/agg", its N_SINGLE messages spread over 100 keys (the
+# payload has one more member, "agg": "k<i % 100>", about 12 bytes), beside
+# the relaxed run of the same round.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -191,19 +191,22 @@ sleep 0.5
 psql_db -A -t -c "SELECT version()" \
 	-c "SELECT 'pg_tide ' || extversion FROM pg_extension WHERE extname = 'pg_tide'"
 
-# pipeline_config <mode> <batch_size> <max_in_flight> <port> [signed]
+# pipeline_config <mode> <batch_size> <max_in_flight> <port> [signed|key]
 pipeline_config() {
 	local sig=""
 	[ "${5:-}" = signed ] && sig=", \"signing_secret\": \"$SECRET\""
+	[ "${5:-}" = key ] && sig=', "ordering": "key", "ordering_key": "/agg"'
 	printf '{"sink_type": "webhook", "url": "http://127.0.0.1:%s/hook", "allow_http": true, "allow_private_network": true, "mode": "%s", "batch_size": %s, "max_in_flight": %s%s}' \
 		"$4" "$1" "$2" "$3" "$sig"
 }
 
 # Creates outbox and pipeline <name> (disabled) and publishes <n> messages
-# into it, 10000 per call. Then vacuums and checkpoints, so that each run
-# starts from the same state.
+# into it, 10000 per call (with [keyed], each payload has "agg": one of 100
+# keys). Then vacuums and checkpoints, so that each run starts from the same
+# state.
 prepare_pipeline() {
-	local name=$1 config=$2 n=$3
+	local name=$1 config=$2 n=$3 payload="bench.payload(i)"
+	[ "${4:-}" = keyed ] && payload="bench.payload(i) || jsonb_build_object('agg', 'k' || i % 100)"
 	psql_db <<SQL
 SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000);
 BEGIN;
@@ -214,7 +217,7 @@ DO \$\$
 BEGIN
 	FOR c IN 0 .. ($n - 1) / 10000 LOOP
 		PERFORM tide.outbox_publish_batch('$name',
-			(SELECT array_agg(bench.payload(i) ORDER BY i)
+			(SELECT array_agg($payload ORDER BY i)
 			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $n - 1)) i),
 			bench.headers(c));
 		COMMIT;
@@ -259,7 +262,7 @@ throughput() {
 	local w0 r0 m0 w1 r1 m1 t0 t1 deadline q0 q1 rss_sampler
 	name=${case}_$round
 	drop_pipeline "$name"
-	prepare_pipeline "$name" "$config" "$n" >/dev/null
+	prepare_pipeline "$name" "$config" "$n" $([ "$case" = single_key ] && echo keyed) >/dev/null
 	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = '$name'")
 	if [ "$mode" = batch ]; then per_req=$BATCH_SIZE; else per_req=1; fi
 	control "$PORT" '{"reset": true}'
@@ -612,18 +615,26 @@ if [ "$PARTS" = workers ]; then
 fi
 SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
 SIGNED_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" signed)
+KEY_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" key)
 BATCH_CFG=$(pipeline_config batch "$BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
 log "$REPEATS rounds: wrk -t2 -c$MAX_IN_FLIGHT and -c32 for ${DURATION}s; single $N_SINGLE, signed $N_SINGLE, batch $N_BATCH messages; catch-up from $CATCHUP_SIZES; latency at $RATES/s for ${DURATION}s; a transaction open ${OPEN_TX_SECONDS}s"
 echo "single: $SINGLE_CFG"
 echo "batch:  $BATCH_CFG"
+echo "key:    $KEY_CFG"
 # The worker at rest: it has started, read its pipelines and delivered the
 # sample, and waits.
 wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
 bench_record worker_memory_kb "at rest, before the first run" 1 "$(proc_rss_kb "$wpid")"
 for round in $(seq 1 "$REPEATS"); do
+	if [ "$PARTS" = ordering ]; then
+		throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
+		throughput single_key single "$N_SINGLE" "$KEY_CFG" "$round"
+		continue
+	fi
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
+	throughput single_key single "$N_SINGLE" "$KEY_CFG" "$round"
 	throughput single_signed single "$N_SINGLE" "$SIGNED_CFG" "$round"
 	throughput batch batch "$N_BATCH" "$BATCH_CFG" "$round"
 	for n in $CATCHUP_SIZES; do
@@ -638,9 +649,16 @@ for round in $(seq 1 "$REPEATS"); do
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
-workers_rounds
+[ "$PARTS" = ordering ] || workers_rounds
 cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
 bench_summary
+if [ "$PARTS" = ordering ]; then
+	log "ordering key / relaxed, mode single, round by round (target >= 0.8)"
+	awk -F'\t' '$1 == "single" { s[$2] = $5 } $1 == "single_key" { k[$2] = $5 }
+		END { for (r in s) printf "  round %s  relaxed %8.0f msg/s  key %8.0f msg/s  ratio %.3f\n", r, s[r], k[r], k[r] / s[r] }' \
+		"$RESULTS" | sort
+	exit 0
+fi
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
 awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '
@@ -651,7 +669,7 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 		printf "%-34s " fmt " %-9s [" fmt " to " fmt "]\n", label, m, unit, lo, hi
 	}
 	$1 ~ /^wrk_/ { rate[$1, $2] = $5; rcpu[$1, $2] = $7 }
-	$1 == "single" || $1 == "single_signed" || $1 == "batch" {
+	$1 == "single" || $1 == "single_key" || $1 == "single_signed" || $1 == "batch" {
 		rate[$1, $2] = $5; wcpu[$1, $2] = $6; rcpu[$1, $2] = $7; mcpu[$1, $2] = $8; wq[$1, $2] = $10 }
 	$1 == "latency_" lrate { for (i = 3; i <= 9; i++) lat[i, $2] = $i }
 	$1 == "latency_beside_hang" { for (i = 3; i <= 9; i++) hang[i, $2] = $i; nhang++ }
@@ -661,6 +679,8 @@ awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIG
 		for (r = 1; r <= n; r++) a[r] = rate["wrk_c32", r];      line("receiver, wrk -c32", "req/s", "%9.0f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["single", r];       line("relay single", "msg/s", "%9.0f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["single", r] / rate[wc, r]; line("  / wrk -c" mif " (target >= 0.6)", "", "%9.3f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single_key", r];   line("relay single, ordering key", "msg/s", "%9.0f", a, n)
+		for (r = 1; r <= n; r++) a[r] = rate["single_key", r] / rate["single", r]; line("  / relaxed (target >= 0.8)", "", "%9.3f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r]; line("relay single, signed", "msg/s", "%9.0f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["single_signed", r] / rate[wc, r]; line("  / wrk -c" mif, "", "%9.3f", a, n)
 		for (r = 1; r <= n; r++) a[r] = rate["batch", r];        line("relay batch (target >= 50000)", "msg/s", "%9.0f", a, n)

@@ -59,8 +59,11 @@ copy_value(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
 int
 RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs)
 {
-	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT4OID, INT4OID};
-	Datum		values[4];
+	Oid			argtypes[6] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TEXTARRAYOID};
+	Datum		values[6];
+	bool		header_null;
+	bool		path_null;
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int			n;
 	int			i;
 	bool		isnull;
@@ -85,11 +88,17 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 	}
 	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
+	/* ordering 'key': each message's key, from a header ($5) or the payload ($6) */
+	RelayOrderingKeyArgs(p, &values[4], &header_null, &values[5], &path_null);
+	nulls[4] = header_null ? 'n' : ' ';
+	nulls[5] = path_null ? 'n' : ' ';
 	if (SPI_execute_plan(TidePlan(&lease_plan,
-								  "SELECT id, payload::text, headers::text, pg_catalog.to_json(created_at)::text"
+								  "SELECT id, payload::text, headers::text, pg_catalog.to_json(created_at)::text,"
+								  "       coalesce(headers OPERATOR(pg_catalog.->>) $5,"
+								  "                payload OPERATOR(pg_catalog.#>>) $6)"
 								  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
-								  4, argtypes),
-						 values, NULL, false, 0) != SPI_OK_SELECT)
+								  6, argtypes),
+						 values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not lease a batch for pipeline \"%s\"", p->name);
 
 	n = (int) SPI_processed;
@@ -104,7 +113,10 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 		out[i].payload = copy_value(tup, desc, 2, cxt);
 		out[i].headers = copy_value(tup, desc, 3, cxt);
 		out[i].created_at = copy_value(tup, desc, 4, cxt);
+		out[i].key = copy_value(tup, desc, 5, cxt);
 	}
+	/* in the same transaction: the keys held back by the retry queue */
+	RelayOrderingFindBlocked(p, out, n);
 	RelayEndShortXact(cxt);
 	*msgs = out;
 	return n;
@@ -112,7 +124,9 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 
 /*
  * Takes the pipeline's queued messages that are due for another attempt,
- * at most batch_size, oldest due first, copied into cxt as *msgs; sets
+ * at most batch_size, oldest due first (with ordering 'key': only those of
+ * a key with no earlier entry still waiting for its time, in id order, so
+ * that each key's entries go in order, see ordering.c), copied into cxt as *msgs; sets
  * *next_due to when the next of the others falls due (0: none queued).
  * The queue is its pipeline's worker's alone (ownership.c), so nothing is locked.
  */
@@ -120,8 +134,8 @@ int
 RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 				 TimestampTz *next_due)
 {
-	Oid			argtypes[2] = {TEXTOID, INT4OID};
-	Datum		values[2];
+	Oid			argtypes[4] = {TEXTOID, INT4OID, BOOLOID, TIMESTAMPTZOID};
+	Datum		values[4];
 	int			n;
 	int			i;
 	bool		isnull;
@@ -130,22 +144,37 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 	RelayBeginShortXact("pg_tide relay: taking messages to retry");
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(limit);
+	values[2] = BoolGetDatum(p->ordering_key != NULL);
+	/*
+	 * One "now" for both statements: with clock_timestamp() read per row,
+	 * an earlier entry could fall due between the look at it and the look
+	 * at a later entry of its key, which would then go without it; and an
+	 * entry is either taken or counted in *next_due.
+	 */
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 	if (SPI_execute_with_args("SELECT pg_catalog.min(next_attempt_at) FROM tide.relay_retry_queue"
 							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+							  "   AND next_attempt_at OPERATOR(pg_catalog.>) $4",
+							  4, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
 	*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 												  1, &isnull));
 	if (isnull)
 		*next_due = 0;
-	if (SPI_execute_with_args("SELECT message_id, payload::text, headers::text,"
-							  "       pg_catalog.to_json(created_at)::text, attempts, outbox_name, manual"
-							  "  FROM tide.relay_retry_queue"
-							  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-							  "   AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
-							  " ORDER BY next_attempt_at, message_id LIMIT $2",
-							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT q.message_id, q.payload::text, q.headers::text,"
+							  "       pg_catalog.to_json(q.created_at)::text, q.attempts, q.outbox_name, q.manual,"
+							  "       q.ordering_key"
+							  "  FROM tide.relay_retry_queue q"
+							  " WHERE q.pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "   AND q.next_attempt_at OPERATOR(pg_catalog.<=) $4"
+							  "   AND (NOT $3 OR q.ordering_key IS NULL OR NOT EXISTS"
+							  "        (SELECT FROM tide.relay_retry_queue e"
+							  "          WHERE e.pipeline_id OPERATOR(pg_catalog.=) q.pipeline_id"
+							  "            AND e.ordering_key OPERATOR(pg_catalog.=) q.ordering_key"
+							  "            AND e.message_id OPERATOR(pg_catalog.<) q.message_id"
+							  "            AND e.next_attempt_at OPERATOR(pg_catalog.>) $4))"
+							  " ORDER BY CASE WHEN $3 THEN NULL ELSE q.next_attempt_at END, q.message_id LIMIT $2",
+							  4, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);
 
 	n = (int) SPI_processed;
@@ -162,6 +191,7 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 		out[i].attempts = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 		out[i].outbox = copy_value(tup, desc, 6, cxt);
 		out[i].manual = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+		out[i].key = copy_value(tup, desc, 8, cxt);
 	}
 	RelayEndShortXact(cxt);
 	*msgs = out;
@@ -182,7 +212,9 @@ typedef struct SettledColumns
 	Datum	   *status;
 	Datum	   *error_class;
 	Datum	   *error;
+	Datum	   *key;
 	bool	   *headers_null;
+	bool	   *key_null;
 } SettledColumns;
 
 /* The messages of the settlement with disposition d, column by column. */
@@ -202,7 +234,9 @@ settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
 	c->status = palloc(sizeof(Datum) * s->n);
 	c->error_class = palloc(sizeof(Datum) * s->n);
 	c->error = palloc(sizeof(Datum) * s->n);
+	c->key = palloc(sizeof(Datum) * s->n);
 	c->headers_null = palloc(sizeof(bool) * s->n);
+	c->key_null = palloc(sizeof(bool) * s->n);
 	for (i = 0; i < s->n; i++)
 	{
 		const RelayMessage *m = &s->msgs[i];
@@ -223,6 +257,8 @@ settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
 		c->status[k] = Int32GetDatum((int32) o->response_code);
 		c->error_class[k] = CStringGetTextDatum(o->error_class[0] ? o->error_class : "error");
 		c->error[k] = CStringGetTextDatum(o->error);
+		c->key_null[k] = (m->key == NULL);
+		c->key[k] = m->key ? CStringGetTextDatum(m->key) : (Datum) 0;
 		c->n++;
 	}
 }
@@ -235,10 +271,10 @@ settled_columns(const RelaySettlement *s, RelayDisposition d, SettledColumns *c)
 static void
 record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDisposition d)
 {
-	Oid			argtypes[11] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	Oid			argtypes[12] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 		TEXTARRAYOID, INT4ARRAYOID, d == RELAY_DEAD ? TEXTARRAYOID : INT4ARRAYOID,
-	INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	Datum		values[11];
+	INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[12];
 	SettledColumns c;
 	int			ret;
 
@@ -256,26 +292,27 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 	values[8] = RelayMakeArray(c.status, NULL, c.n, INT4OID);
 	values[9] = RelayMakeArray(c.error_class, NULL, c.n, TEXTOID);
 	values[10] = RelayMakeArray(c.error, NULL, c.n, TEXTOID);
+	values[11] = RelayMakeArray(c.key, c.key_null, c.n, TEXTOID);
 
 	if (d == RELAY_REQUEUE)
 		ret = SPI_execute_with_args(
 			"INSERT INTO tide.relay_retry_queue AS q"
 			"  (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,"
-			"   next_attempt_at, last_status, last_error_class, last_error)"
+			"   next_attempt_at, last_status, last_error_class, last_error, ordering_key)"
 			" SELECT $1, u.outbox, u.id, u.payload::jsonb, u.headers::jsonb,"
 			"        (u.created_at::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz, u.attempts,"
 			"        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)"
 			"          (u.delay_ms::float8 OPERATOR(pg_catalog.*) interval '1 millisecond'),"
-			"        CASE WHEN u.status OPERATOR(pg_catalog.<>) 0 THEN u.status END, u.error_class, u.error"
+			"        CASE WHEN u.status OPERATOR(pg_catalog.<>) 0 THEN u.status END, u.error_class, u.error, u.key"
 			"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
 			"          pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9),"
-			"          pg_catalog.unnest($10), pg_catalog.unnest($11))"
-			"        AS u(outbox, id, payload, headers, created_at, attempts, delay_ms, status, error_class, error)"
+			"          pg_catalog.unnest($10), pg_catalog.unnest($11), pg_catalog.unnest($12))"
+			"        AS u(outbox, id, payload, headers, created_at, attempts, delay_ms, status, error_class, error, key)"
 			" ON CONFLICT (pipeline_id, message_id) DO UPDATE"
 			"    SET attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
 			"        manual = false, last_status = EXCLUDED.last_status, last_error_class = EXCLUDED.last_error_class,"
-			"        last_error = EXCLUDED.last_error",
-			11, argtypes, values, NULL, false, 0);
+			"        last_error = EXCLUDED.last_error, ordering_key = EXCLUDED.ordering_key",
+			12, argtypes, values, NULL, false, 0);
 	else
 		ret = SPI_execute_with_args(
 			"WITH u AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"

@@ -38,6 +38,7 @@
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
+#include "relay.h"
 #include "sink.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_normalize_config);
@@ -48,6 +49,9 @@ static const char *const common_keys[] = {
 	"sink_type", "outbox", "consumer_group", "attempt_log", "alerts", "types", "filter",
 	"rate_limit", "breaker", "allow_other_consumers", NULL
 };
+
+/* The keys of the ordering, for the sinks that take "ordering" (ordering.c). */
+static const char *const ordering_keys[] = {"ordering", "ordering_key", NULL};
 
 /* Whether a sink takes one of the common keys that not every sink takes. */
 static bool
@@ -267,6 +271,13 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	sink = RelaySinkLookup(sink_type);
 	Assert(sink != NULL);
 
+	/* a sink without "ordering" (a file) delivers in id order anyway: say so */
+	if (!sink_takes(sink, "ordering"))
+		for (const char *const *k = ordering_keys; *k; k++)
+			if (cJSON_GetObjectItemCaseSensitive(config, *k) != NULL)
+				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: a %s pipeline delivers every message in id order.",
+										  sink->name),
+								 "config key \"%s\" is not for a %s pipeline", *k, sink->name);
 	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
 	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);
@@ -275,9 +286,12 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
 	if (sink_takes(sink, "ordering"))
 	{
-		static const char *const orderings[] = {"relaxed", "strict", NULL};
+		static const char *const orderings[] = {"relaxed", "strict", "key", NULL};
+		const char *ordering = RelayConfigChoice(config, "ordering", orderings, "relaxed");
 
-		RelayConfigAddString(out, "ordering", RelayConfigChoice(config, "ordering", orderings, "relaxed"));
+		RelayConfigAddString(out, "ordering", ordering);
+		/* "ordering_key", required with "key" and refused otherwise (ordering.c) */
+		RelayOrderingValidate(config, ordering, out);
 	}
 	RelayConfigAddBool(out, "attempt_log", RelayConfigBool(config, "attempt_log", true));
 	alerts_config(config, out);

@@ -224,6 +224,8 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 	p->batch_size = RelayConfigIntOr(config, "batch_size", 100);
 	p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
 	p->strict = RelayConfigStringIs(config, "ordering", "strict");
+	if (RelayConfigStringIs(config, "ordering", "key"))
+		p->ordering_key = RelayConfigString(config, "ordering_key");
 	p->log_attempts = !RelayConfigIs(config, "attempt_log", false);
 	p->retry_base_ms = RelayConfigIntOr(retry, "base_ms", 500);
 	p->retry_cap_ms = RelayConfigIntOr(retry, "cap_ms", 60000);

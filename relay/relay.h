@@ -141,6 +141,8 @@ typedef struct RelayPipeline
 	int			batch_size;
 	int			lease_seconds;	/* outlasts the sink's longest delivery */
 	bool		strict;			/* ordering 'strict': hold at a failing message */
+	char	   *ordering_key;	/* ordering 'key': a header name or a JSON
+								 * pointer (ordering.c); NULL: another ordering */
 	int			retry_base_ms;	/* backoff after a failed delivery */
 	int			retry_cap_ms;
 	int			retry_max_attempts; /* attempts before a message is dead-lettered */
@@ -206,6 +208,16 @@ extern int	RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt,
 extern int	RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
+
+/* ordering.c: ordering 'key' (see the top of that file) */
+extern void RelayOrderingValidate(const cJSON *config, const char *ordering, cJSON *out);
+extern void RelayOrderingKeyArgs(const RelayPipeline *p, Datum *header, bool *header_null,
+								 Datum *path, bool *path_null);
+extern void RelayOrderingFindBlocked(const RelayPipeline *p, RelayMessage *msgs, int n);
+extern void RelayOrderingDependencies(const RelayMessage *msgs, int n, const bool *include,
+									  int *after);
+extern int	RelayOrderingParked(const RelayMessage *msgs, int n, const int *after,
+								RelayMessageOutcome *each, bool *parked);
 
 /* retention.c */
 extern void RelaySweepOutboxes(void);

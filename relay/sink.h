@@ -49,6 +49,9 @@ typedef struct RelayMessage
 	char	   *created_at;		/* timestamptz as a JSON string, quotes included */
 	int			attempts;		/* failed attempts before this one */
 	bool		manual;			/* queued again by an operator (relay_dlq_retry) */
+	char	   *key;			/* ordering 'key': its ordering key, or NULL: none */
+	bool		blocked;		/* ordering 'key': an earlier message of its key
+								 * waits in the retry queue, so it is parked */
 } RelayMessage;
 
 /*
@@ -106,6 +109,13 @@ typedef struct RelaySinkBatch
 	const RelayMessage *msgs;
 	int			nmsgs;
 	bool		stop_at_failure;	/* ordering 'strict': send nothing after a failure */
+	/*
+	 * Ordering 'key': after[i] is the message that msgs[i] waits for (the
+	 * previous one of its key), -1 none. msgs[i] is sent only once that one
+	 * was delivered, and not at all (RELAY_NOT_SENT) when it failed or was
+	 * not sent. NULL: no message waits for another.
+	 */
+	const int  *after;
 	MemoryContext cxt;
 	/* set by the sink */
 	bool		ready;			/* something happened: `progress` is due */

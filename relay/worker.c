@@ -178,7 +178,11 @@ typedef struct Operation
 	RelaySinkBatch batch;		/* what the sink sees: the messages its routing passes */
 	RelayMessage *msgs;			/* the batch as leased or taken from the queue */
 	int			n;
-	int		   *pos;			/* each message's index in batch.msgs; -1: filtered */
+	int		   *pos;			/* each message's index in batch.msgs; -1: filtered
+								 * or parked (msgs[i].blocked) */
+	int		   *after;			/* ordering 'key': the message each waits for, or
+								 * -1 (ordering.c); NULL: another ordering */
+	int			nblocked;		/* messages parked without being sent */
 	int			limit;			/* what the pacing allowed when it was leased */
 	bool		from_queue;
 	TimestampTz sent_at;
@@ -454,6 +458,10 @@ typedef enum BatchEnd
  *	 destination failure stops the offset there and holds the pipeline.
  * - Live, ordering 'strict': the offset moves over the delivered prefix and
  *	 the pipeline is held at the first failure.
+ * - Live, ordering 'key': as by default, and a message held back by its
+ *	 key (its key blocked, or an earlier message of its key in the batch
+ *	 failed or parked) is parked: queued behind it, due at once, its
+ *	 attempts unchanged (ordering.c).
  * - From the retry queue: delivered messages leave it, failed ones are
  *	 scheduled again or dead-lettered, the others stay as they were.
  * - A destination that asks to be disabled (410 Gone) has what was
@@ -461,8 +469,8 @@ typedef enum BatchEnd
  */
 static BatchEnd
 settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs, int n,
-			 bool from_queue, RelayDeliveryResult *result, int filtered, TimestampTz sent_at,
-			 MemoryContext cxt)
+			 const int *after, bool from_queue, RelayDeliveryResult *result, int filtered,
+			 TimestampTz sent_at, MemoryContext cxt)
 {
 	RelayDeliveryResult r = *result;
 	RelaySettlement s;
@@ -470,6 +478,9 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	int			i;
 	int			ndead = 0;
 	int			nqueued = 0;
+	int			nparked = 0;
+	bool		key_left_queue = false;
+	bool	   *parked = palloc0(sizeof(bool) * Max(n, 1));
 	int			nsucceeded = 0;
 	int			nfailed = 0;
 	long		first_delay = -1;
@@ -502,6 +513,13 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	RelayPacingAfterBatch(p, &st->pacing, nsucceeded + nfailed, nfailed, nsucceeded);
 	s.breaker = RelayBreakerStateName(p, &st->pacing);
 
+	/*
+	 * Ordering 'key', live: a message held back by its key is parked, its
+	 * fate known as much as a failed one's (ordering.c).
+	 */
+	if (!from_queue && after != NULL)
+		nparked = RelayOrderingParked(msgs, n, after, r.each, parked);
+
 	/* How many messages, from the first, this record may settle. */
 	if (r.disable)
 		settled = from_queue ? n : r.acked;
@@ -513,7 +531,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 		for (settled = 0; settled < n; settled++)
 			if (r.each[settled].outcome != RELAY_DELIVERED &&
 				r.each[settled].outcome != RELAY_FILTERED &&
-				!message_failed(r.each[settled].outcome))
+				!message_failed(r.each[settled].outcome) && !parked[settled])
 				break;
 
 	for (i = 0; i < settled; i++)
@@ -522,6 +540,13 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 
 		if (o->outcome == RELAY_DELIVERED)
 			s.disp[i] = from_queue ? RELAY_DONE : RELAY_KEEP;
+		else if (parked[i] && !r.disable)
+		{
+			/* queued behind its key's failure, due at once: no attempt counted */
+			s.disp[i] = RELAY_REQUEUE;
+			s.attempts[i] = msgs[i].attempts;
+			s.delay_ms[i] = 0;
+		}
 		else if (message_failed(o->outcome) && !r.disable)
 		{
 			s.attempts[i] = msgs[i].attempts + 1;
@@ -545,6 +570,16 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 		s.offset_id = msgs[settled - 1].id;
 	s.disable = r.disable;
 	RelayRecord(p, &s, cxt);
+
+	/*
+	 * Ordering 'key': a parked message is due now, as are the entries of a
+	 * key whose earlier entry left the queue: look at the queue at once.
+	 */
+	for (i = 0; p->ordering_key != NULL && i < n; i++)
+		if (msgs[i].key != NULL && (s.disp[i] == RELAY_DONE || s.disp[i] == RELAY_DEAD))
+			key_left_queue = true;
+	if (nparked > 0 || key_left_queue)
+		st->retry_check_at = 0;
 
 	/*
 	 * A queued message left as it was (not sent, or its destination failed)
@@ -620,7 +655,10 @@ turn_ok(PipelineState *st)
  * Starts a batch as an operation in flight: the messages the pipeline's
  * routing lets pass (live batches only: a message queued for retry or by
  * an operator was chosen already) go to the sink; the others are passed
- * over, as if acknowledged (RELAY_FILTERED when recorded).
+ * over, as if acknowledged (RELAY_FILTERED when recorded). With ordering
+ * 'key', a message whose key is blocked (ordering.c) is not sent either,
+ * and is parked when recorded; the sink gets each message's dependency on
+ * the previous one of its key that it sends (RelaySinkBatch.after).
  */
 static void
 start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, bool from_queue,
@@ -638,8 +676,12 @@ start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, boo
 	for (int i = 0; i < n; i++)
 	{
 		op->pos[i] = -1;
-		if (from_queue || p->routing == NULL ||
-			RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+		if (!from_queue && p->routing != NULL &&
+			!RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
+			msgs[i].blocked = false;	/* not for this pipeline: passed over, never parked */
+		else if (msgs[i].blocked)
+			op->nblocked++;
+		else
 		{
 			op->pos[i] = npass;
 			pass[npass++] = msgs[i];
@@ -648,6 +690,21 @@ start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, boo
 	op->batch.msgs = pass;
 	op->batch.nmsgs = npass;
 	op->batch.stop_at_failure = p->strict;
+	if (p->ordering_key != NULL)
+	{
+		bool	   *sent = palloc(sizeof(bool) * Max(n, 1));
+		int		   *after = palloc(sizeof(int) * Max(npass, 1));
+
+		/* each message waits for the previous one of its key that the sink sends */
+		for (int i = 0; i < n; i++)
+			sent[i] = op->pos[i] >= 0;
+		op->after = palloc(sizeof(int) * Max(n, 1));
+		RelayOrderingDependencies(msgs, n, sent, op->after);
+		for (int i = 0; i < n; i++)
+			if (op->pos[i] >= 0)
+				after[op->pos[i]] = op->after[i] >= 0 ? op->pos[op->after[i]] : -1;
+		op->batch.after = after;
+	}
 	op->batch.cxt = op->cxt;
 	/* progress is due once right after start */
 	op->batch.ready = true;
@@ -771,6 +828,8 @@ complete_operation(PipelineState *st)
 	{
 		if (op->pos[i] >= 0)
 			r.each[i] = sub.each[op->pos[i]];
+		else if (op->msgs[i].blocked)
+			r.each[i].outcome = RELAY_NOT_SENT;
 		else
 			r.each[i].outcome = RELAY_FILTERED;
 		if (r.each[i].outcome == RELAY_DELIVERED)
@@ -779,8 +838,8 @@ complete_operation(PipelineState *st)
 							 r.each[i].outcome == RELAY_FILTERED))
 			r.acked++;
 	}
-	end = settle_batch(p, st, op->msgs, op->n, op->from_queue, &r,
-					   op->n - op->batch.nmsgs, op->sent_at, op->cxt);
+	end = settle_batch(p, st, op->msgs, op->n, op->after, op->from_queue, &r,
+					   op->n - op->batch.nmsgs - op->nblocked, op->sent_at, op->cxt);
 	/* A short lease: nothing more waits (unless the rate cut it short). */
 	if (!op->from_queue && end != BATCH_HELD && op->n == op->limit)
 		st->look = true;

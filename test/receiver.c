@@ -30,6 +30,8 @@
  *         "fail_rate": 0..1, "fail_code": code (500), "seed": n
  *                                 a random (seeded) fraction answers fail_code
  *         "delay_ms": n           every request waits n ms before answering
+ *         "delay_rate": 0..1      only a random (seeded) fraction of the
+ *                                 requests waits delay_ms (default 1: all)
  *         "fail_body": "<base64>" | null
  *                                 the body of every non-2xx answer, as raw
  *                                 bytes (any encoding; no NUL bytes), instead
@@ -91,6 +93,7 @@ typedef struct State
 	int			fail_code;
 	uint64_t	rng;
 	int			delay_ms;
+	double		delay_rate;		/* the fraction of requests that wait delay_ms */
 	char	   *fail_body;		/* NULL: "no\n" */
 	Secret		secrets[MAX_SECRETS];
 	int			nsecrets;
@@ -188,6 +191,7 @@ state_defaults(State *s)
 {
 	memset(s, 0, sizeof(*s));
 	s->fail_code = 500;
+	s->delay_rate = 1;
 	s->rng = DEFAULT_SEED;
 }
 
@@ -397,6 +401,15 @@ apply_control(const char *body, size_t len)
 			s.delay_ms = 0;
 		else
 			err = "delay_ms must be an integer from 0 to 3600000";
+	}
+	if ((j = cJSON_GetObjectItemCaseSensitive(ctl, "delay_rate")))
+	{
+		if (cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= 1)
+			s.delay_rate = j->valuedouble;
+		else if (cJSON_IsNull(j))
+			s.delay_rate = 1;
+		else
+			err = "delay_rate must be a number from 0 to 1";
 	}
 	if ((j = cJSON_GetObjectItemCaseSensitive(ctl, "fail_body")))
 	{
@@ -729,6 +742,9 @@ handle_request(struct MHD_Connection *conn, const char *method, Request *req)
 	else
 		code = 200;
 	delay_ms = state.delay_ms;
+	if (delay_ms > 0 && state.delay_rate < 1 &&
+		(rng_next(&state.rng) >> 11) * 0x1.0p-53 >= state.delay_rate)
+		delay_ms = 0;
 	if ((code < 200 || code > 299) && state.retry_after)
 		retry_after = xstrdup(state.retry_after);
 	if ((code < 200 || code > 299) && state.fail_body)

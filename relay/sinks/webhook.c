@@ -19,7 +19,10 @@
  *	  (CURLMOPT_SOCKETFUNCTION, into events.c's epoll set) and when to call
  *	  it back (CURLMOPT_TIMERFUNCTION, an events.c timer); the worker's
  *	  loop waits on all of them at once with every other pipeline's, and
- *	  `progress` starts what the in-flight limit allows. No new request
+ *	  `progress` starts what the in-flight limit allows; with ordering
+ *	  'key', a message's request only once the request of the previous
+ *	  message of its key was delivered (RelaySinkBatch.after), never when it
+ *	  failed (the message is then parked by the worker). No new request
  *	  starts after a failure with ordering 'strict' (what follows is
  *	  delivered again anyway), nor after the destination itself failed (the
  *	  others would fail alike), nor in the last tenth of timeout_ms (it
@@ -113,6 +116,7 @@ typedef struct WebhookRequest
 	int			first;			/* index of its first message in the batch */
 	int			last;			/* index of its last message */
 	bool		started;
+	bool		skipped;		/* never to start: the message it waits for failed */
 	bool		done;
 	bool		blocked;		/* the SSRF check refused the address */
 	bool		allow_private;
@@ -132,7 +136,7 @@ typedef struct WebhookBatch
 	WebhookPool *pool;
 	WebhookRequest *reqs;
 	int			nreqs;			/* requests prepared */
-	int			next;			/* the next request to start */
+	int			next;			/* the first request neither started nor skipped */
 	int			running;
 	bool		stopped;		/* start no more requests */
 	const char *failed;			/* the batch could not be sent: why */
@@ -354,7 +358,10 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 		if (r->resp_len > 0)
 			o.response = pnstrdup(r->resp, r->resp_len);
 	}
-	if (!r->started)
+	if (!r->started && r->skipped)
+		RelaySetFailure(&o, RELAY_NOT_SENT, "not_sent", 0,
+						"not sent: the earlier message of its ordering key failed");
+	else if (!r->started)
 		RelaySetFailure(&o, RELAY_NOT_SENT, "not_sent", 0,
 						"not sent: an earlier failure or the batch's timeout_ms came first");
 	else if (request_ok(r))
@@ -638,10 +645,31 @@ webhook_start(void *state, RelaySinkBatch *batch)
 }
 
 /*
- * Starts what the in-flight limit allows, unless the batch stopped or is in
- * the last tenth of its time (a request started then could hardly connect,
- * and its timeout would pass for the destination's failure: it is not sent,
- * and leased again); true when the batch is finished.
+ * Whether request i may start now (ordering 'key', sink.h: the request of
+ * the message it waits for was delivered), sets r->skipped when it never
+ * will (that one failed or will not be sent), or must wait.
+ */
+static bool
+request_may_start(WebhookBatch *wb, int i)
+{
+	const int  *after = wb->batch->after;
+	const WebhookRequest *dep;
+
+	if (after == NULL || wb->cfg->batch_mode || after[i] < 0)
+		return true;
+	dep = &wb->reqs[after[i]];
+	if (dep->skipped || (dep->done && !request_ok(dep)))
+		wb->reqs[i].skipped = true;
+	return dep->done && request_ok(dep);
+}
+
+/*
+ * Starts what the in-flight limit allows, in order, a request that waits
+ * for an earlier one (ordering 'key') once that one was delivered, unless
+ * the batch stopped or is in the last tenth of its time (a request started
+ * then could hardly connect, and its timeout would pass for the
+ * destination's failure: it is not sent, and leased again); true when the
+ * batch is finished.
  */
 static bool
 webhook_progress(void *state, RelaySinkBatch *batch)
@@ -653,11 +681,13 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 	if (wb->failed)
 		return true;
 	left_ms = ms_until(wb->deadline);
-	while (!wb->stopped && wb->next < wb->nreqs && wb->running < cfg->max_in_flight &&
-		   left_ms > 0 && left_ms >= cfg->timeout_ms / 10)
+	for (int i = wb->next; i < wb->nreqs && !wb->stopped && wb->running < cfg->max_in_flight &&
+		 left_ms > 0 && left_ms >= cfg->timeout_ms / 10; i++)
 	{
-		WebhookRequest *r = &wb->reqs[wb->next++];
+		WebhookRequest *r = &wb->reqs[i];
 
+		if (r->started || r->skipped || !request_may_start(wb, i))
+			continue;
 		curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, Max(left_ms, 1L));
 		if (curl_multi_add_handle(wb->pool->multi, r->easy) != CURLM_OK)
 		{
@@ -668,6 +698,8 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 		r->started = true;
 		wb->running++;
 	}
+	while (wb->next < wb->nreqs && (wb->reqs[wb->next].started || wb->reqs[wb->next].skipped))
+		wb->next++;
 	if (wb->running == 0 || left_ms <= 0)
 		return true;
 	batch->wake_at = wb->deadline;

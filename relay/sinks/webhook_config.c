@@ -23,7 +23,7 @@
 
 const char *const RelayWebhookConfigKeys[] = {
 	"url", "mode", "batch_size", "max_in_flight", "timeout_ms", "headers", "signing_secret",
-	"signature", "allow_http", "allow_private_network", "retry", "ordering", NULL
+	"signature", "allow_http", "allow_private_network", "retry", "ordering", "ordering_key", NULL
 };
 
 /* The headers pg_tide sets itself, which "headers" may not name. */

@@ -125,7 +125,10 @@ COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery o
 -- attempt (relay/worker.c), with a copy of the message, so the pipeline's
 -- offset can move past it; an operator's redelivery (relay_dlq_retry,
 -- relay_retry_message, relay_replay) puts messages here too, marked
--- manual. pipeline_id is the pipeline's name.
+-- manual. pipeline_id is the pipeline's name. ordering_key is the
+-- message's key with "ordering": "key" (relay/ordering.c; NULL: none): a
+-- key is held back while an entry of it waits here, and only its entries
+-- with no earlier one still waiting for its time are taken.
 CREATE TABLE tide.relay_retry_queue (
 	pipeline_id			text NOT NULL,
 	outbox_name			text NOT NULL,
@@ -140,10 +143,12 @@ CREATE TABLE tide.relay_retry_queue (
 	last_status			int,
 	last_error_class	text,
 	last_error			text,
+	ordering_key		text,
 	PRIMARY KEY (pipeline_id, message_id)
 );
 
 CREATE INDEX relay_retry_queue_due ON tide.relay_retry_queue (pipeline_id, next_attempt_at);
+CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, ordering_key, message_id);
 
 COMMENT ON TABLE tide.relay_retry_queue
 	IS 'Messages waiting for another delivery attempt, per pipeline';

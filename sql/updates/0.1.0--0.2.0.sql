@@ -54,3 +54,7 @@ DROP VIEW tide.relay_pipeline_status;
 -- tide.relay_workers() returns two more columns (worker_index, pipelines):
 -- a new return type, so the function is re-created.
 DROP FUNCTION tide.relay_workers();
+
+-- "ordering": "key" (relay/ordering.c): each queued message's ordering key.
+ALTER TABLE tide.relay_retry_queue ADD COLUMN ordering_key text;
+CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, ordering_key, message_id);

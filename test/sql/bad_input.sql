@@ -262,7 +262,12 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "retry": 5}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "signing_secret": 42}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "relative/out.jsonl"}')$c$),
-	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "/tmp/out\n.jsonl"}')$c$);
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "/tmp/out\n.jsonl"}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "ordering": "key"}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "ordering": "key", "ordering_key": ["/a"]}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "ordering": "key", "ordering_key": "/a~"}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "ordering": "relaxed", "ordering_key": "id"}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "file", "path": "/tmp/out.jsonl", "ordering": "key", "ordering_key": "id"}')$c$);
 
 -- relay pipelines: numbers the relay cannot use. Each is refused by its
 -- validator, so no accepted config can stop a pipeline (1e-400 does not fit

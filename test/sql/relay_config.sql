@@ -207,6 +207,30 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "retry": {"max_attempts": 0}}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "retry": {"max_attempts": 101}}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "retry": {"max_attempts": "5"}}')$$);
+-- ordering: "key" with ordering_key, a header name or a JSON pointer
+SELECT tide.relay_set_outbox('rc_keyed', 'rc_payments', 'rc_keyed_group',
+							 '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "aggregate-id"}');
+SELECT tide.relay_get_config('rc_keyed') -> 'ordering' AS ordering, tide.relay_get_config('rc_keyed') -> 'ordering_key' AS ordering_key;
+SELECT tide.relay_set_outbox('rc_keyed', 'rc_payments', 'rc_keyed_group',
+							 '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "/order/a~1b~0c"}');
+SELECT tide.relay_get_config('rc_keyed') -> 'ordering_key' AS ordering_key;
+SELECT tide.relay_set_outbox('rc_keyed', 'rc_payments', 'rc_keyed_group',
+							 '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "/"}');
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": ""}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": 7}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": null}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "/order/~2"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "/order~"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key", "ordering_key": "a\nb"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering_key": "aggregate-id"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "strict", "ordering_key": "aggregate-id"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "keyed"}')$$);
+-- a refused change leaves the keyed pipeline as it was
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_keyed', 'rc_payments', 'rc_keyed_group', '{"sink_type": "webhook", "url": "https://a.example", "ordering": "key"}')$$);
+SELECT tide.relay_get_config('rc_keyed') -> 'ordering_key' AS ordering_key;
+SELECT tide.relay_delete('rc_keyed');
+
 -- a base above the default cap raises the default cap with it
 SELECT tide.relay_set_outbox('rc_slow', 'rc_payments', 'rc_slow_group',
 							 '{"sink_type": "webhook", "url": "https://a.example", "retry": {"base_ms": 120000}}');
@@ -252,6 +276,9 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_fi
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "batch_size": 1001}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "fsync": "no"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "url": "https://a.example"}')$$);
+-- a file is written in id order anyway: it takes no ordering, nor ordering_key
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "ordering": "key", "ordering_key": "aggregate-id"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_file', 'rc_orders', 'rc_file_group', '{"sink_type": "file", "path": "/tmp/x", "ordering_key": "aggregate-id"}')$$);
 -- the refused calls left the config as it was
 SELECT config ->> 'path' AS path, config -> 'batch_size' AS batch_size FROM tide.relay_outbox_config WHERE name = 'rc_file';
 -- a file pipeline writes as the server's OS user: superusers and pg_write_server_files only
