@@ -28,7 +28,12 @@ extern cJSON *RelayConfigFromJsonb(Jsonb *jb);
 extern Jsonb *RelayConfigToJsonb(const cJSON *config);
 
 /* Raises 22023 with this message and hint. */
+#if PG_VERSION_NUM >= 180000
+/* 18 spells "never returns" as a prefix, earlier versions as an attribute. */
+extern pg_noreturn void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3);
+#else
 extern void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+#endif
 
 /* The JSON type of a value as jsonb_typeof names it; "missing" for NULL. */
 extern const char *RelayConfigTypeName(const cJSON *v);

@@ -1267,7 +1267,7 @@ sleep_ms(void)
 static WaitEventSet *
 make_wait_set(void)
 {
-	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+	WaitEventSet *set = TideCreateLongLivedWaitEventSet(3);
 
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);

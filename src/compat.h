@@ -32,4 +32,17 @@
 #define TideDatabaseOwnerCheck(dboid) pg_database_ownercheck((dboid), GetUserId())
 #endif
 
+/*
+ * A WaitEventSet that lives as long as the process: 17 ties a set to a
+ * resource owner (none: it is never released), 15 and 16 to a memory
+ * context.
+ */
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#if PG_VERSION_NUM >= 170000
+#define TideCreateLongLivedWaitEventSet(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define TideCreateLongLivedWaitEventSet(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
 #endif							/* TIDE_COMPAT_H */
