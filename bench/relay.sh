@@ -56,7 +56,7 @@
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's;
 #              see test/lib.sh)
-# With the defaults it runs for about 12 minutes.
+# With the defaults it runs for about 14 minutes.
 #
 # Several workers per database: WORKERS_PIPELINES pipelines (mode single,
 # each of its own outbox) with WORKERS_N messages each wait while disabled;
