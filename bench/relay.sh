@@ -532,6 +532,19 @@ set_workers() {
 	exit 1
 }
 
+# enable_and_wake <LIKE pattern>: one transaction enables the pipelines
+# whose names match and wakes the worker; prints its clock_timestamp(),
+# taken just before the commit.
+enable_and_wake() {
+	psql_db -A -t <<SQL | tail -n 1
+BEGIN;
+SELECT tide.relay_enable(name) FROM tide.relay_outbox_config WHERE name LIKE '$1';
+SELECT tide.outbox_publish('wake', '{}');
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+}
+
 # workers_throughput <case> <workers> <messages per pipeline> <receiver delay ms> <round>:
 # WORKERS_PIPELINES pipelines, enabled by one commit, delivered by
 # <workers> workers; appends "case round n seconds msg/s" and records it.
@@ -546,15 +559,7 @@ workers_throughput() {
 	total=$((n * WORKERS_PIPELINES))
 	control "$PORT" '{"reset": true}'
 	control "$PORT" "{\"delay_ms\": $delay}"
-	start=$(psql_db -A -t <<SQL
-BEGIN;
-SELECT tide.relay_enable(name) FROM tide.relay_outbox_config WHERE name LIKE 'workers\_%';
-SELECT tide.outbox_publish('wake', '{}');
-SELECT extract(epoch FROM clock_timestamp());
-COMMIT;
-SQL
-)
-	start=$(echo "$start" | tail -n 1)
+	start=$(enable_and_wake 'workers\_%')
 	for _ in $(seq 1 6000); do
 		[ "$(psql_db -A -t -c "SELECT count(*) = $WORKERS_PIPELINES FROM tide.relay_consumer_offsets o
 			WHERE o.pipeline_id LIKE 'workers\_%' AND o.last_change_id >= (SELECT max(id) FROM tide.tide_outbox_messages m
@@ -662,15 +667,7 @@ CHECKPOINT;
 SQL
 	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'fan'")
 	control "$PORT" '{"reset": true}'
-	start=$(psql_db -A -t <<SQL
-BEGIN;
-SELECT tide.relay_enable('fan_' || i) FROM generate_series(1, $MANY_PIPELINES) i;
-SELECT tide.outbox_publish('wake', '{}');
-SELECT extract(epoch FROM clock_timestamp());
-COMMIT;
-SQL
-)
-	start=$(echo "$start" | tail -n 1)
+	start=$(enable_and_wake 'fan\_%')
 	for _ in $(seq 1 6000); do
 		if [ "$(stats "$PORT" | jq .requests)" -ge "$total" ] &&
 			[ "$(psql_db -A -t -c "SELECT count(*) = $MANY_PIPELINES FROM tide.relay_consumer_offsets WHERE pipeline_id LIKE 'fan\_%' AND last_change_id >= $last")" = t ]; then

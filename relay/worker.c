@@ -32,12 +32,17 @@
  * 4. Read the enabled pipelines in one short transaction (pipelines.c, each
  *	  with its sink opened) when SQL changed pipelines or queues, after a
  *	  reload, and every pg_tide.relay_naptime_ms; a pipeline with a batch in
- *	  flight takes its new reading once the batch is done.
+ *	  flight takes its new reading once the batch is done. A pipeline whose
+ *	  config md5 is unchanged keeps the reading it has (reading_is_current),
+ *	  except after a reload and when its sink read secrets.
  * 5. Look at the pipelines without a batch in flight (scan_pipelines) when
  *	  something may be due: each that is not held nor paced takes its step,
  *	  the messages due for another attempt first, else a live batch when it
  *	  is to look for one (after a commit, a reading, a full batch, the end
- *	  of a hold's time), and the batch is started in its sink.
+ *	  of a hold's time), and the batch is started in its sink. The
+ *	  pipelines that would only look for live messages look together first,
+ *	  in one statement (skip_idle_pipelines, idle_look.c); those that found
+ *	  nothing take no step.
  * 6. Move on every batch whose sink has something to do (progress) and
  *	  record each that finished (settle_batch); a full batch looks for more
  *	  at once.
@@ -102,6 +107,8 @@ static const char *stop_reason = "asked to stop";
 
 /* A reload happened: read the pipelines again (and take a new naptime). */
 static bool reading_needed = true;
+/* The next reading opens every pipeline again, changed or not (after a reload). */
+static bool reopen_readings = false;
 
 /* Tells the launcher, through the slot, that this worker has ended and why. */
 static void
@@ -147,6 +154,8 @@ worker_should_stop(void)
 		RelayReloadConfig();
 		/* a new naptime counts from now */
 		reading_needed = true;
+		/* a sink's open may read a setting: every pipeline is opened again */
+		reopen_readings = true;
 	}
 	if (!RelayEnabled)
 		stop_reason = "pg_tide.relay_enabled is off";
@@ -1161,8 +1170,12 @@ read_pipelines(void)
 	has_work = false;
 	current = installed && catalog_is_current();
 	if (current)
+	{
 		pipelines = RelayReadPipelines(loop_cxt, &has_work,
-									   forgot_earlier_states ? reading_is_current : NULL, &kept);
+									   forgot_earlier_states && !reopen_readings ? reading_is_current : NULL,
+									   &kept);
+		reopen_readings = false;
+	}
 	/*
 	 * Give up the pipelines now served elsewhere (ownership.c), but not one
 	 * whose batch is still in flight: it goes at a reading after its record.
