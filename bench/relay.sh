@@ -47,11 +47,18 @@
 #   ISOLATION  1 (default): also the latency at the first of RATES beside a
 #              second pipeline of the same outbox whose destination accepts
 #              connections and never answers (timeout_ms 3000); 0 skips it
-#   PARTS      "all" (default); "workers" for those runs alone; "ordering"
-#              for mode single with ordering relaxed and "key" alone
+#   MANY_PIPELINES, FANOUT_N, REST_SECONDS  the runs with many pipelines:
+#              how many (default 1000), the messages fanned out to all of
+#              them (default 100) and the seconds the worker's CPU at rest
+#              is measured over (default 20)
+#   PARTS      "all" (default); "workers" for the runs with several workers
+#              alone; "many" for the runs with many pipelines alone;
+#              "ordering" for mode single with ordering relaxed and "key"
+#              alone
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
-#              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's)
-# With the defaults it runs for about 10 minutes.
+#              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's;
+#              see test/lib.sh)
+# With the defaults it runs for about 15 minutes.
 #
 # Several workers per database: WORKERS_PIPELINES pipelines (mode single,
 # each of its own outbox) with WORKERS_N messages each wait while disabled;
@@ -63,6 +70,15 @@
 # "ordering_key": "/agg", its N_SINGLE messages spread over 100 keys (the
 # payload has one more member, "agg": "k<i % 100>", about 12 bytes), beside
 # the relaxed run of the same round.
+#
+# Many pipelines: MANY_PIPELINES file pipelines of one outbox, idle, with
+# pg_tide.relay_naptime_ms = 1000: the worker's CPU (utime + stime of
+# /proc/<pid>/stat) over REST_SECONDS. Then MANY_PIPELINES webhook
+# pipelines of one outbox (mode single, max_in_flight 1) with FANOUT_N
+# messages waiting while disabled; one commit enables them all; the rate
+# is the requests answered divided by the time from that commit to the
+# last pipeline's record, beside one pipeline delivering
+# MANY_PIPELINES x FANOUT_N messages in the same round.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -98,6 +114,9 @@ WORKERS_PIPELINES=${WORKERS_PIPELINES:-8}
 WORKERS_N=${WORKERS_N:-10000}
 WORKERS_N_SLOW=${WORKERS_N_SLOW:-2000}
 PARTS=${PARTS:-all}
+MANY_PIPELINES=${MANY_PIPELINES:-1000}
+FANOUT_N=${FANOUT_N:-100}
+REST_SECONDS=${REST_SECONDS:-20}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
 ISOLATION=${ISOLATION:-1}
@@ -523,6 +542,19 @@ set_workers() {
 	exit 1
 }
 
+# enable_and_wake <LIKE pattern>: one transaction enables the pipelines
+# whose names match and wakes the worker; prints its clock_timestamp(),
+# taken just before the commit.
+enable_and_wake() {
+	psql_db -A -t <<SQL | tail -n 1
+BEGIN;
+SELECT tide.relay_enable(name) FROM tide.relay_outbox_config WHERE name LIKE '$1';
+SELECT tide.outbox_publish('wake', '{}');
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+}
+
 # workers_throughput <case> <workers> <messages per pipeline> <receiver delay ms> <round>:
 # WORKERS_PIPELINES pipelines, enabled by one commit, delivered by
 # <workers> workers; appends "case round n seconds msg/s" and records it.
@@ -537,15 +569,7 @@ workers_throughput() {
 	total=$((n * WORKERS_PIPELINES))
 	control "$PORT" '{"reset": true}'
 	control "$PORT" "{\"delay_ms\": $delay}"
-	start=$(psql_db -A -t <<SQL
-BEGIN;
-SELECT tide.relay_enable(name) FROM tide.relay_outbox_config WHERE name LIKE 'workers\_%';
-SELECT tide.outbox_publish('wake', '{}');
-SELECT extract(epoch FROM clock_timestamp());
-COMMIT;
-SQL
-)
-	start=$(echo "$start" | tail -n 1)
+	start=$(enable_and_wake 'workers\_%')
 	for _ in $(seq 1 6000); do
 		[ "$(psql_db -A -t -c "SELECT count(*) = $WORKERS_PIPELINES FROM tide.relay_consumer_offsets o
 			WHERE o.pipeline_id LIKE 'workers\_%' AND o.last_change_id >= (SELECT max(id) FROM tide.tide_outbox_messages m
@@ -582,6 +606,115 @@ workers_rounds() {
 	set_workers 1
 }
 
+# set_naptime <ms>: pg_tide.relay_naptime_ms, reloaded.
+set_naptime() {
+	psql_db -c "ALTER SYSTEM SET pg_tide.relay_naptime_ms = $1" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
+# wait_pipelines <n>: waits until the worker serves n pipelines.
+wait_pipelines() {
+	for _ in $(seq 1 600); do
+		[ "$(psql_db -A -t -c "SELECT coalesce(sum(pipelines), 0) = $1 FROM tide.relay_workers() WHERE database = '$DB'")" = t ] && return
+		sleep 0.1
+	done
+	echo "relay.sh: the worker did not come to serve $1 pipelines" >&2
+	exit 1
+}
+
+# drop_many <prefix>: deletes the pipelines named <prefix>_<i> and their outbox <prefix>.
+drop_many() {
+	psql_db -c "SELECT tide.relay_delete(name) FROM tide.relay_outbox_config WHERE name LIKE '$1\_%'" \
+		-c "SELECT tide.outbox_drop('$1', p_if_exists => true)" >/dev/null
+}
+
+# rest_cpu <round>: MANY_PIPELINES idle file pipelines of one outbox,
+# naptime 1 s; records the worker's CPU (cores) over REST_SECONDS.
+rest_cpu() {
+	local round=$1 wpid c0 c1 t0 t1 p0 p1 cores
+	drop_many rest
+	set_naptime 1000
+	psql_db >/dev/null <<SQL
+SELECT tide.outbox_create('rest', p_inline_threshold => 2000000000);
+SELECT tide.relay_set_outbox('rest_' || i, 'rest', 'rest_' || i,
+	jsonb_build_object('sink_type', 'file', 'path', '$TIDE_CLUSTER/rest_' || i || '.jsonl', 'fsync', false))
+  FROM generate_series(1, $MANY_PIPELINES) i;
+SQL
+	wait_pipelines $((MANY_PIPELINES + 1))
+	# settled: the first readings (validation, opening) are behind it
+	sleep 3
+	wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+	c0=$(proc_cpu "$wpid"); p0=$(passes); t0=$(date +%s.%N)
+	sleep "$REST_SECONDS"
+	c1=$(proc_cpu "$wpid"); p1=$(passes); t1=$(date +%s.%N)
+	cores=$(awk "BEGIN { print ($c1 - $c0) / ($t1 - $t0) }")
+	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "rest_cpu" "$round" "$MANY_PIPELINES" "$(awk "BEGIN { print $t1 - $t0 }")" "$cores" "$((p1 - p0))" >>"$RESULTS"
+	bench_record worker_cpu_at_rest "$MANY_PIPELINES pipelines, cores" "$round" "$cores"
+	printf '  %-22s round %s  %d idle pipelines, naptime 1 s: worker %.4f cores over %.1f s (%d passes)\n' \
+		"at rest" "$round" "$MANY_PIPELINES" "$cores" "$(awk "BEGIN { print $t1 - $t0 }")" $((p1 - p0))
+	set_naptime 60000
+	drop_many rest
+}
+
+# fanout <round>: MANY_PIPELINES webhook pipelines of one outbox with
+# FANOUT_N messages waiting, enabled by one commit; rate = requests
+# answered / (that commit to the last pipeline's record). Then one pipeline
+# delivering as many messages (throughput); records both and their ratio.
+fanout() {
+	local round=$1 total last start end secs rate one st
+	total=$((MANY_PIPELINES * FANOUT_N))
+	drop_many fan
+	psql_db >/dev/null <<SQL
+SELECT tide.outbox_create('fan', p_inline_threshold => 2000000000);
+BEGIN;
+SELECT tide.relay_set_outbox('fan_' || i, 'fan', 'fan_' || i, '$(pipeline_config single "$FANOUT_N" 1 "$PORT")')
+  FROM generate_series(1, $MANY_PIPELINES) i;
+SELECT tide.relay_disable('fan_' || i) FROM generate_series(1, $MANY_PIPELINES) i;
+COMMIT;
+SELECT tide.outbox_publish_batch('fan', (SELECT array_agg(bench.payload(i) ORDER BY i) FROM generate_series(1, $FANOUT_N) i),
+	bench.headers(1));
+VACUUM ANALYZE tide.tide_outbox_messages;
+CHECKPOINT;
+SQL
+	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'fan'")
+	control "$PORT" '{"reset": true}'
+	start=$(enable_and_wake 'fan\_%')
+	for _ in $(seq 1 6000); do
+		if [ "$(stats "$PORT" | jq .requests)" -ge "$total" ] &&
+			[ "$(psql_db -A -t -c "SELECT count(*) = $MANY_PIPELINES FROM tide.relay_consumer_offsets WHERE pipeline_id LIKE 'fan\_%' AND last_change_id >= $last")" = t ]; then
+			break
+		fi
+		sleep 0.1
+	done
+	st=$(stats "$PORT")
+	if [ "$(echo "$st" | jq '.requests - (.status["200"] // 0)')" -ne 0 ] || [ "$(echo "$st" | jq .requests)" -lt "$total" ]; then
+		echo "relay.sh: fan-out to $MANY_PIPELINES pipelines: not every message delivered with a 200: $st" >&2
+		exit 1
+	fi
+	end=$(psql_db -A -t -c "SELECT extract(epoch FROM max(updated_at)) FROM tide.relay_consumer_offsets WHERE pipeline_id LIKE 'fan\_%'")
+	secs=$(awk "BEGIN { print $end - $start }")
+	rate=$(awk "BEGIN { print $(echo "$st" | jq .requests) / $secs }")
+	printf '%s\t%s\t%s\t%s\t%s\n' "fanout" "$round" "$(echo "$st" | jq .requests)" "$secs" "$rate" >>"$RESULTS"
+	printf '  %-22s round %s  %d requests in %6.3f s  %8.0f req/s\n' "fan-out" "$round" "$(echo "$st" | jq .requests)" "$secs" "$rate"
+	drop_many fan
+	wait_pipelines 1
+	throughput one_pipeline single "$total" "$SINGLE_CFG" "$round"
+	one=$(tail -n 1 "$RESULTS" | cut -f 5)
+	bench_record relay_fanout "$MANY_PIPELINES pipelines x $FANOUT_N, req/s" "$round" "$rate"
+	bench_record relay_fanout "one pipeline, $total msg/s" "$round" "$one"
+	bench_record relay_fanout "ratio (target >= 0.5)" "$round" "$(awk "BEGIN { print $rate / $one }")"
+	printf '  %-22s round %s  fan-out / one pipeline %.3f\n' "fan-out" "$round" "$(awk "BEGIN { print $rate / $one }")"
+}
+
+# many_rounds: the runs with many pipelines.
+many_rounds() {
+	local round
+	log "$REPEATS rounds: $MANY_PIPELINES idle pipelines for ${REST_SECONDS}s; $FANOUT_N messages to $MANY_PIPELINES webhook pipelines against one pipeline"
+	for round in $(seq 1 "$REPEATS"); do
+		rest_cpu "$round"
+		fanout "$round"
+	done
+}
+
 # A real request of the relay, for wrk: one message through a logging run.
 log "taking a sample request from the relay"
 psql_db -c "SELECT tide.outbox_create('sample', p_inline_threshold => 2000000000)" \
@@ -608,12 +741,17 @@ printf 'a request: %s bytes of body, headers %s\n' "$(jq -r '.body | length' "$T
 	"$(jq -r '.headers | keys | join(", ")' "$TIDE_CLUSTER/sample.json")"
 
 : >"$RESULTS"
+SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
 if [ "$PARTS" = workers ]; then
 	workers_rounds
 	bench_summary
 	exit 0
 fi
-SINGLE_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
+if [ "$PARTS" = many ]; then
+	many_rounds
+	bench_summary
+	exit 0
+fi
 SIGNED_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" signed)
 KEY_CFG=$(pipeline_config single "$SINGLE_BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT" key)
 BATCH_CFG=$(pipeline_config batch "$BATCH_SIZE" "$MAX_IN_FLIGHT" "$PORT")
@@ -649,7 +787,10 @@ for round in $(seq 1 "$REPEATS"); do
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
-[ "$PARTS" = ordering ] || workers_rounds
+if [ "$PARTS" != ordering ]; then
+	workers_rounds
+	many_rounds
+fi
 cp "$RESULTS" "$TIDE_CLUSTER/results_$(date +%Y%m%d_%H%M%S).tsv"
 bench_summary
 if [ "$PARTS" = ordering ]; then

@@ -13,7 +13,9 @@
  * error recorded as the pipeline's (class 'config', logged once) until the
  * row is fixed; a valid one is read from its normalised config, in which
  * every value is present and within its range. A row's result is kept
- * while its config stays the same, so an unchanged row is validated once.
+ * while its config stays the same, so an unchanged row is validated once,
+ * and a pipeline the worker already serves with that config is not read
+ * again (unless its sink reads secrets, which may have changed).
  */
 #include "postgres.h"
 
@@ -177,6 +179,7 @@ open_sink(RelayPipeline *p, const cJSON *config, MemoryContext spi_cxt)
 	if (!ok)
 		return false;
 	p->sink_state = opened.state;
+	p->reads_secrets = opened.read_secrets;
 	p->lease_seconds += opened.longest_batch_seconds;
 	if (opened.retry_at_once)
 		p->retry_base_ms = p->retry_cap_ms = 0;
@@ -337,16 +340,22 @@ validate_row(Jsonb *config, ValidatedRow *row)
  * The database's enabled pipelines that the relay can deliver and this
  * worker serves (ownership.c), each in a memory context of its own under
  * cxt (RelayPipeline.cxt); *any_enabled tells whether
- * any pipeline is enabled at all. The table's lock is taken conditionally,
+ * any pipeline is enabled at all. A pipeline whose reading the caller
+ * holds is still current (is_current, when given, says so of its name and
+ * config md5) is not read and opened again: its name goes into *kept (in
+ * cxt) instead, so that an unchanged pipeline costs no parse and no open
+ * at every pass. The table's lock is taken conditionally,
  * so a DROP EXTENSION in progress is passed over, not waited for (and
  * cannot wait for us).
  */
 List *
-RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
+RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadingIsCurrent is_current,
+				   List **kept)
 {
 	List	   *pipelines = NIL;
 
 	*any_enabled = false;
+	*kept = NIL;
 	if (!RelayTryLockTable("relay_outbox_config", AccessShareLock))
 		return NIL;
 	SPI_connect();
@@ -412,6 +421,12 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled)
 				continue;
 
 			old = MemoryContextSwitchTo(cxt);
+			if (before != NULL && is_current != NULL && is_current(name, md5))
+			{
+				*kept = lappend(*kept, pstrdup(name));
+				MemoryContextSwitchTo(old);
+				continue;
+			}
 			{
 				RelayPipeline *p = read_pipeline(name, next[i].config, md5, spi_cxt);
 

@@ -153,6 +153,7 @@ typedef struct RelayPipeline
 	int			breaker_cooldown_ms;
 	struct RelayRouting *routing;	/* types and filter; NULL: every message */
 	char	   *config_md5;		/* tells a changed config, which retries at once */
+	bool		reads_secrets;	/* its open read secrets: opened again at every reading */
 	const RelaySinkRoutine *sink;	/* what it delivers to */
 	void	   *sink_state;		/* the sink's state of the pipeline (its open) */
 	MemoryContext cxt;			/* holds the pipeline and its sink's state */
@@ -229,6 +230,9 @@ extern int	RelayPacingAllowance(const RelayPipeline *p, RelayPacing *pc, int wan
 extern void RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent,
 								  int failures, int successes);
 
+/* idle_look.c */
+extern void RelayLookForWork(RelayPipeline *const *pipelines, int n, bool *found);
+
 /* attempt_log.c */
 extern Datum RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type);
 extern void RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s,
@@ -267,7 +271,10 @@ extern void RelayEndShortXact(MemoryContext cxt);
 extern bool RelayTryLockTable(const char *relname, LOCKMODE mode);
 
 /* pipelines.c */
-extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled);
+/* Whether the caller's reading of pipeline `name` has config md5 `md5` and can be kept. */
+typedef bool (*RelayReadingIsCurrent) (const char *name, const char *md5);
+extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadingIsCurrent is_current,
+								List **kept);
 
 /* secrets.c */
 extern char *RelaySecretsDirectory;

@@ -32,12 +32,17 @@
  * 4. Read the enabled pipelines in one short transaction (pipelines.c, each
  *	  with its sink opened) when SQL changed pipelines or queues, after a
  *	  reload, and every pg_tide.relay_naptime_ms; a pipeline with a batch in
- *	  flight takes its new reading once the batch is done.
+ *	  flight takes its new reading once the batch is done. A pipeline whose
+ *	  config md5 is unchanged keeps the reading it has (reading_is_current),
+ *	  except after a reload and when its sink read secrets.
  * 5. Look at the pipelines without a batch in flight (scan_pipelines) when
  *	  something may be due: each that is not held nor paced takes its step,
  *	  the messages due for another attempt first, else a live batch when it
  *	  is to look for one (after a commit, a reading, a full batch, the end
- *	  of a hold's time), and the batch is started in its sink.
+ *	  of a hold's time), and the batch is started in its sink. The
+ *	  pipelines that would only look for live messages look together first,
+ *	  in one statement (skip_idle_pipelines, idle_look.c); those that found
+ *	  nothing take no step.
  * 6. Move on every batch whose sink has something to do (progress) and
  *	  record each that finished (settle_batch); a full batch looks for more
  *	  at once.
@@ -102,6 +107,8 @@ static const char *stop_reason = "asked to stop";
 
 /* A reload happened: read the pipelines again (and take a new naptime). */
 static bool reading_needed = true;
+/* The next reading opens every pipeline again, changed or not (after a reload). */
+static bool reopen_readings = false;
 
 /* Tells the launcher, through the slot, that this worker has ended and why. */
 static void
@@ -147,6 +154,8 @@ worker_should_stop(void)
 		RelayReloadConfig();
 		/* a new naptime counts from now */
 		reading_needed = true;
+		/* a sink's open may read a setting: every pipeline is opened again */
+		reopen_readings = true;
 	}
 	if (!RelayEnabled)
 		stop_reason = "pg_tide.relay_enabled is off";
@@ -973,6 +982,62 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 }
 
 /*
+ * Of the pipelines about to take their step, those that would only look
+ * for live messages are asked about in one statement (idle_look.c); each
+ * that has nothing has looked, and takes no step. Should the
+ * look fail, every pipeline takes its step and looks on its own.
+ */
+pg_noinline static void
+skip_idle_pipelines(PipelineState **all, long n, TimestampTz now)
+{
+	RelayPipeline **lookers = palloc(sizeof(RelayPipeline *) * Max(n, 1));
+	PipelineState **states = palloc(sizeof(PipelineState *) * Max(n, 1));
+	bool	   *found;
+	int			nlook = 0;
+
+	for (long i = 0; i < n; i++)
+	{
+		PipelineState *st = all[i];
+
+		if (st->held_until > now || st->paced_until > now ||
+			!st->look || st->retry_check_at <= now)
+			continue;
+		states[nlook] = st;
+		lookers[nlook++] = st->p;
+	}
+	/* one pipeline alone looks in its step, as cheaply */
+	if (nlook < 2)
+		return;
+	found = palloc(sizeof(bool) * nlook);
+	PG_TRY();
+	{
+		RelayLookForWork(lookers, nlook, found);
+		MemoryContextSwitchTo(loop_cxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(loop_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(loop_cxt);
+		ereport(LOG,
+				(errmsg("pg_tide relay could not look for messages of %d pipelines at once: %s",
+						nlook, edata->message),
+				 errdetail("Each pipeline looks on its own this pass.")));
+		FreeErrorData(edata);
+		return;
+	}
+	PG_END_TRY();
+	/* one whose errors are to be cleared (turn_ok) takes its step */
+	for (int i = 0; i < nlook; i++)
+		if (!found[i] && states[i]->errors == 0)
+			states[i]->look = false;
+}
+
+/*
  * Looks at every pipeline without a batch in flight: a hold whose time is
  * up lets it try again; one that may send (not held, not paced) takes its
  * step. Notes when the next look is due for a time.
@@ -1021,6 +1086,13 @@ scan_pipelines(void)
 			continue;
 		}
 		st->paced_until = 0;
+	}
+	skip_idle_pipelines(all, n, now);
+	for (long i = 0; i < n; i++)
+	{
+		st = all[i];
+		if (st->held_until > now || st->paced_until > now)
+			continue;
 		run_for_pipeline(st, step_pipeline);
 		if (st->op == NULL)
 		{
@@ -1095,6 +1167,27 @@ catalog_is_current(void)
 }
 
 /*
+ * Whether the reading pipeline `name` is served with (or takes after its
+ * batch in flight) has config md5 `md5`, so that the pipelines' reading
+ * keeps it instead of parsing and opening it again (pipelines.c). One
+ * whose sink read secrets is read again: a secret may have changed.
+ */
+static bool
+reading_is_current(const char *name, const char *md5)
+{
+	PipelineState *st;
+	const RelayPipeline *p;
+
+	if (pipeline_states == NULL)
+		return false;
+	st = hash_search(pipeline_states, &name, HASH_FIND, NULL);
+	if (st == NULL)
+		return false;
+	p = st->next_p != NULL ? st->next_p : st->p;
+	return p != NULL && !p->reads_secrets && strcmp(p->config_md5, md5) == 0;
+}
+
+/*
  * Reads the pipelines in a short transaction (nothing while the catalog is
  * not the library's version) and serves each with its new reading: one
  * with a batch in flight takes it once the batch is done, one no longer
@@ -1109,6 +1202,7 @@ read_pipelines(void)
 	bool		installed;
 	bool		current;
 	List	   *pipelines = NIL;
+	List	   *kept = NIL;
 	ListCell   *lc;
 	HASH_SEQ_STATUS seq;
 	PipelineState *st;
@@ -1135,7 +1229,12 @@ read_pipelines(void)
 	has_work = false;
 	current = installed && catalog_is_current();
 	if (current)
-		pipelines = RelayReadPipelines(loop_cxt, &has_work);
+	{
+		pipelines = RelayReadPipelines(loop_cxt, &has_work,
+									   forgot_earlier_states && !reopen_readings ? reading_is_current : NULL,
+									   &kept);
+		reopen_readings = false;
+	}
 	/*
 	 * Give up the pipelines now served elsewhere (ownership.c), but not one
 	 * whose batch is still in flight: it goes at a reading after its record.
@@ -1165,6 +1264,9 @@ read_pipelines(void)
 		while ((st = hash_seq_search(&seq)) != NULL)
 			st->listed = false;
 	}
+	/* an unchanged pipeline keeps the reading it is served with */
+	foreach(lc, kept)
+		pipeline_state(lfirst(lc))->listed = true;
 	foreach(lc, pipelines)
 	{
 		RelayPipeline *p = lfirst(lc);

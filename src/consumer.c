@@ -33,6 +33,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
@@ -63,6 +64,7 @@ static SPIPlanPtr join_plan = NULL;
 static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr expired_lease_plan = NULL;
 static SPIPlanPtr fetch_plan = NULL;
+static SPIPlanPtr groups_with_messages_plan = NULL;
 static SPIPlanPtr set_lease_plan = NULL;
 static SPIPlanPtr shrink_lease_plan = NULL;
 static SPIPlanPtr delete_lease_plan = NULL;
@@ -553,6 +555,66 @@ TideGroupHasMessages(const char *group)
 	}
 	SPI_finish();
 	return found;
+}
+
+/*
+ * TideGroupHasMessages for many consumers at once, in one statement, for a
+ * relay worker whose pipelines are idle: found[i] tells whether consumer
+ * consumers[i] holds a lease in group groups[i], or a poll of that group
+ * would return something now. A group that does not exist or has no
+ * position counts as found, so that the poll itself reports it. The
+ * horizon is read before the snapshot is taken, as in fetch_messages, so
+ * every message at or below it is seen; reads only.
+ */
+void
+TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
+					   bool *found)
+{
+	Oid			types[3] = {TEXTARRAYOID, TEXTARRAYOID, INT8OID};
+	Datum		args[3];
+	Datum	   *g = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *c = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		g[i] = CStringGetTextDatum(groups[i]);
+		c[i] = CStringGetTextDatum(consumers[i]);
+		found[i] = false;
+	}
+	if (n == 0)
+		return;
+	args[0] = PointerGetDatum(construct_array(g, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_array(c, n, TEXTOID, -1, false, TYPALIGN_INT));
+	SPI_connect();
+	args[2] = Int64GetDatum(TrackerSafeHorizon());
+	if (SPI_execute_snapshot(TidePlan(&groups_with_messages_plan,
+									  "SELECT u.i::int4"
+									  "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) WITH ORDINALITY AS u(grp, consumer, i)"
+									  "  LEFT JOIN tide.tide_consumer_groups g ON g.group_name OPERATOR(pg_catalog.=) u.grp"
+									  " WHERE g.group_name IS NULL OR g.leased_upto IS NULL"
+									  "    OR EXISTS (SELECT 1 FROM tide.tide_consumer_leases l"
+									  "                WHERE l.group_name OPERATOR(pg_catalog.=) u.grp"
+									  "                  AND (l.consumer_id OPERATOR(pg_catalog.=) u.consumer"
+									  "                       OR l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()))"
+									  "    OR (g.leased_upto OPERATOR(pg_catalog.<) $3"
+									  "        AND EXISTS (SELECT 1 FROM tide.tide_outbox_messages m"
+									  "                     WHERE m.outbox_name OPERATOR(pg_catalog.>=) g.outbox_name"
+									  "                       AND m.outbox_name OPERATOR(pg_catalog.<=) g.outbox_name"
+									  "                       AND m.consumed_at IS NULL"
+									  "                       AND m.id OPERATOR(pg_catalog.>) g.leased_upto"
+									  "                       AND m.id OPERATOR(pg_catalog.<=) $3))",
+									  3, types),
+							 args, NULL, GetLatestSnapshot(), InvalidSnapshot,
+							 true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for messages of %d consumer groups", n);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int			i = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		found[i - 1] = true;
+	}
+	SPI_finish();
 }
 
 /*

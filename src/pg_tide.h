@@ -62,6 +62,8 @@ extern int64 TrackerSequenceLastValue(void);
 /* consumer.c: consumer groups, pg_tide.wait_recheck_ms */
 extern void TideDefineConsumerGucs(void);
 extern bool TideGroupHasMessages(const char *group);
+extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
+								   bool *found);
 
 /* wake.c: wake on commit */
 extern Size WakeShmemSize(void);
