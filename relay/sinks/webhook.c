@@ -123,8 +123,11 @@ typedef struct WebhookRequest
 	CURLcode	code;
 	long		status;
 	long		retry_after_ms;
+	bool		info_kept;		/* connected and latency_ms were read, the handle freed */
+	bool		connected;
+	double		latency_ms;
 	size_t		resp_len;
-	char		resp[WEBHOOK_MAX_RESPONSE];
+	char	   *resp;			/* the body's first bytes (malloc, WEBHOOK_MAX_RESPONSE), or NULL */
 	char		errbuf[CURL_ERROR_SIZE];
 } WebhookRequest;
 
@@ -135,7 +138,8 @@ typedef struct WebhookBatch
 	const WebhookSinkConfig *cfg;
 	WebhookPool *pool;
 	WebhookRequest *reqs;
-	int			nreqs;			/* requests prepared */
+	int			nreqs;			/* its requests, each prepared when it starts */
+	char		ts[32];			/* webhook-timestamp, the same for every request */
 	int			next;			/* the first request neither started nor skipped */
 	int			running;
 	bool		stopped;		/* start no more requests */
@@ -165,7 +169,12 @@ write_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	WebhookRequest *r = userdata;
 	size_t		n = size * nmemb;
-	size_t		room = sizeof(r->resp) - 1 - r->resp_len;
+	size_t		room;
+
+	/* kept only for a request that has a body; without memory, not kept */
+	if (r->resp == NULL && (r->resp = malloc(WEBHOOK_MAX_RESPONSE)) == NULL)
+		return n;
+	room = WEBHOOK_MAX_RESPONSE - 1 - r->resp_len;
 
 	if (room > 0)
 	{
@@ -225,7 +234,11 @@ add_signatures(struct curl_slist **list, const WebhookSinkConfig *cfg,
 	return rc == 0 || (rc > 0 && add_header(list, line));
 }
 
-/* Prepares the easy handle of a request for messages first..last. */
+/*
+ * Prepares the body and headers of a request for messages first..last; its
+ * easy handle is made when it starts (new_easy_handle), so that a batch
+ * holds handles, several kilobytes each, only for the requests in flight.
+ */
 static bool
 prepare_request(WebhookRequest *r, const WebhookSinkConfig *cfg, const RelayMessage *msgs,
 				int first, int last, const char *ts)
@@ -283,7 +296,27 @@ prepare_request(WebhookRequest *r, const WebhookSinkConfig *cfg, const RelayMess
 			if (!add_header(&r->hdrs, tok))
 				return false;
 	}
+	return true;
+}
 
+/*
+ * Prepares a request about to start in the batch's memory, which lasts as
+ * long as the batch (progress is called in memory the loop resets).
+ */
+static bool
+prepare_request_in(WebhookRequest *r, WebhookBatch *wb)
+{
+	MemoryContext old = MemoryContextSwitchTo(wb->batch->cxt);
+	bool		ok = prepare_request(r, wb->cfg, wb->batch->msgs, r->first, r->last, wb->ts);
+
+	MemoryContextSwitchTo(old);
+	return ok;
+}
+
+/* The easy handle of a request about to start; false when memory ran out. */
+static bool
+new_easy_handle(WebhookRequest *r, const WebhookSinkConfig *cfg)
+{
 	r->easy = curl_easy_init();
 	if (r->easy == NULL)
 		return false;
@@ -326,6 +359,8 @@ request_connected(const WebhookRequest *r)
 	curl_off_t	t = 0;
 	long		sent = 0;
 
+	if (r->info_kept)
+		return r->connected;
 	if (r->easy == NULL)
 		return false;
 	if (curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0)
@@ -353,7 +388,9 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 	{
 		curl_off_t	us = 0;
 
-		if (curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK)
+		if (r->info_kept)
+			o.latency_ms = r->latency_ms;
+		else if (curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK)
 			o.latency_ms = us / 1000.0;
 		if (r->resp_len > 0)
 			o.response = pnstrdup(r->resp, r->resp_len);
@@ -419,7 +456,7 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 		char		error[256];
 
 		snprintf(error, sizeof(error), "HTTP status %ld%s%.120s", s,
-				 r->resp_len > 0 ? ", response: " : "", r->resp);
+				 r->resp_len > 0 ? ", response: " : "", r->resp_len > 0 ? r->resp : "");
 		RelaySetFailure(&o, (s == 408 || s == 425 || s == 429 || (s >= 500 && s <= 599)) ?
 						RELAY_RETRYABLE : RELAY_PERMANENT,
 						s == 413 ? "too_large" : s >= 500 ? "http_5xx" : s >= 400 ? "http_4xx" : "http_3xx",
@@ -433,6 +470,32 @@ classify_request(const WebhookRequest *r, RelayDeliveryResult *result)
 	}
 	for (i = r->first; i <= r->last; i++)
 		result->each[i] = o;
+}
+
+/*
+ * A finished request keeps what classify_request needs of its easy handle,
+ * which is freed at once, with its headers and body: with many pipelines
+ * in flight a batch's requests would otherwise add up (a thousand
+ * pipelines with 100 requests a batch held over a gigabyte). Called after
+ * curl_multi_info_read, never from inside a curl callback.
+ */
+static void
+keep_info_and_release(WebhookRequest *r, CURLM *multi)
+{
+	curl_off_t	us = 0;
+
+	r->connected = request_connected(r);
+	if (curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK)
+		r->latency_ms = us / 1000.0;
+	r->info_kept = true;
+	curl_multi_remove_handle(multi, r->easy);
+	curl_easy_cleanup(r->easy);
+	r->easy = NULL;
+	curl_slist_free_all(r->hdrs);
+	r->hdrs = NULL;
+	if (r->body.data)
+		pfree(r->body.data);
+	r->body.data = NULL;
 }
 
 /* Removes a request's easy handle from the multi handle and frees it. */
@@ -451,6 +514,8 @@ release_request(WebhookRequest *r, CURLM *multi)
 		curl_slist_free_all(r->hdrs);
 		r->hdrs = NULL;
 	}
+	free(r->resp);
+	r->resp = NULL;
 }
 
 /* Fails every message of the batch the same way: nothing could be sent. */
@@ -501,6 +566,7 @@ take_finished(WebhookPool *pool)
 		r->done = true;
 		r->code = m->data.result;
 		curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &r->status);
+		keep_info_and_release(r, pool->multi);
 		r->wb->running--;
 		if (stops_the_batch(r, r->wb->batch->stop_at_failure))
 			r->wb->stopped = true;
@@ -613,7 +679,6 @@ webhook_start(void *state, RelaySinkBatch *batch)
 	const WebhookSinkConfig *cfg = state;
 	WebhookBatch *wb = palloc0(sizeof(WebhookBatch));
 	int			nreqs = cfg->batch_mode ? 1 : batch->nmsgs;
-	char		ts[32];
 
 	wb->batch = batch;
 	wb->cfg = cfg;
@@ -624,22 +689,16 @@ webhook_start(void *state, RelaySinkBatch *batch)
 		wb->failed = "could not initialise libcurl";
 		return;
 	}
-	snprintf(ts, sizeof(ts), "%ld", (long) time(NULL));
+	snprintf(wb->ts, sizeof(wb->ts), "%ld", (long) time(NULL));
 	wb->reqs = palloc0(sizeof(WebhookRequest) * nreqs);
 	for (int i = 0; i < nreqs; i++)
 	{
-		WebhookRequest *r = &wb->reqs[i];
-
-		r->wb = wb;
-		/* counted before it holds anything, so a release finds it */
-		wb->nreqs = i + 1;
-		if (!prepare_request(r, cfg, batch->msgs, cfg->batch_mode ? 0 : i,
-							 cfg->batch_mode ? batch->nmsgs - 1 : i, ts))
-		{
-			wb->failed = "could not prepare a request";
-			return;
-		}
+		wb->reqs[i].wb = wb;
+		wb->reqs[i].first = cfg->batch_mode ? 0 : i;
+		wb->reqs[i].last = cfg->batch_mode ? batch->nmsgs - 1 : i;
+		wb->reqs[i].retry_after_ms = -1;
 	}
+	wb->nreqs = nreqs;
 	wb->started_at = GetCurrentTimestamp();
 	wb->deadline = TimestampTzPlusMilliseconds(wb->started_at, cfg->timeout_ms);
 }
@@ -688,6 +747,12 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 
 		if (r->started || r->skipped || !request_may_start(wb, i))
 			continue;
+		if (!prepare_request_in(r, wb) || !new_easy_handle(r, cfg))
+		{
+			/* not started: the batch is leased again */
+			wb->stopped = true;
+			break;
+		}
 		curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, Max(left_ms, 1L));
 		if (curl_multi_add_handle(wb->pool->multi, r->easy) != CURLM_OK)
 		{
