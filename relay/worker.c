@@ -136,12 +136,10 @@ worker_leave(RelayExitReason reason, const char *why)
 
 /*
  * Whether this worker must stop now: the relay is switched off (a pending
- * reload is taken first, so that a worker waiting on a batch sees it) or a
- * command needs the database to itself (a pause, see launcher.c). The one
- * place that decides it, for the worker loop and for a sink waiting on a
- * batch (which then abandons it, see RelayDeliveryResult.abandoned); the
- * reason is kept for worker_leave. Runs no SQL; outside a relay worker it
- * always says no.
+ * reload is taken first) or a command needs the database to itself (a
+ * pause, see launcher.c). The loop then abandons its batches in flight and
+ * leaves; the reason is kept for worker_leave. Runs no SQL; outside a relay
+ * worker it always says no.
  */
 static bool
 worker_should_stop(void)

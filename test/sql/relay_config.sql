@@ -317,6 +317,12 @@ DROP ROLE regress_tide_file_user;
 SELECT tide.relay_delete('rc_file');
 SELECT tide.drop_consumer_group('rc_file_group');
 
+-- tide._relay_normalize_config, the validator relay_set_outbox and the
+-- trigger call: the config with its defaults filled in, or the error
+SELECT tide._relay_normalize_config('rc_orders', 'rc_n_group', '{"sink_type": "file", "path": "/tmp/rc_n.jsonl"}') ->> 'fsync' AS fsync;
+SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'rc_n_group', '{"sink_type": "file", "path": "/tmp/rc_n.jsonl", "outbox": "other"}')$$);
+SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'rc_n_group', NULL)$$);
+
 -- clean up
 SELECT tide.outbox_drop('rc_orders');
 SELECT tide.outbox_drop('rc_payments');
