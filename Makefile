@@ -28,7 +28,8 @@ OBJS = \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
-	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o
+	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o \
+	relay/broker.o relay/send_window.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source
@@ -63,7 +64,7 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver test/sql_names
+EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -102,3 +103,34 @@ installcheck: test/receiver test/sql_names
 $(OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 # TIDE_CATALOG_VERSION comes from the control file.
 relay/worker.o relay/serving.o: pg_tide.control
+
+# Broker sinks (relay/broker.h): one module each, pg_tide_<sink>.so from
+# relay/sinks/<sink>.c and <sink>_config.c, linked with the broker's client
+# library and built only where that library's pkg-config file (from its
+# Debian -dev package) is installed, so that pg_tide.so never needs a
+# broker library; relay/sinks/sinks.c loads a module when a pipeline names
+# its sink type. <sink>:<pkg-config name> for each:
+BROKER_SINKS = kafka:rdkafka nats:libnats redis:hiredis rabbitmq:librabbitmq mqtt:libmosquitto
+broker_name = $(firstword $(subst :, ,$(1)))
+broker_pc = $(lastword $(subst :, ,$(filter $(1):%,$(BROKER_SINKS))))
+# the sinks whose sources exist and whose library is installed
+BROKER_BUILT := $(foreach b,$(BROKER_SINKS),$(if $(wildcard $(srcdir)/relay/sinks/$(call broker_name,$(b)).c),$(if $(shell pkg-config --exists $(lastword $(subst :, ,$(b))) && echo y),$(call broker_name,$(b)))))
+BROKER_SKIPPED := $(filter-out $(BROKER_BUILT),$(foreach b,$(BROKER_SINKS),$(call broker_name,$(b))))
+BROKER_MODULES = $(patsubst %,pg_tide_%$(DLSUFFIX),$(BROKER_BUILT))
+BROKER_OBJS = $(foreach b,$(BROKER_BUILT),relay/sinks/$(b).o relay/sinks/$(b)_config.o)
+
+all: $(BROKER_MODULES) broker-sinks-report
+install: install-broker-sinks
+
+.PHONY: broker-sinks-report install-broker-sinks
+broker-sinks-report:
+	@echo "pg_tide: broker sinks built: $(or $(strip $(BROKER_BUILT)),none); skipped (no source, or its client library's -dev package is not installed): $(or $(strip $(BROKER_SKIPPED)),none)"
+
+install-broker-sinks: $(BROKER_MODULES)
+	$(if $(BROKER_MODULES),$(INSTALL_SHLIB) $(BROKER_MODULES) '$(DESTDIR)$(pkglibdir)/')
+
+# The broker's headers and library from its pkg-config file.
+$(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
+relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell pkg-config --cflags $(call broker_pc,$*) 2>/dev/null)
+pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
+	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell pkg-config --libs $(call broker_pc,$*))

@@ -261,15 +261,15 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
-	while (RelaySinkAt(n) != NULL)
+	while (RelaySinkNameAt(n) != NULL)
 		n++;
 	sink_types = palloc(sizeof(char *) * (n + 1));
 	for (int i = 0; i < n; i++)
-		sink_types[i] = RelaySinkAt(i)->name;
+		sink_types[i] = RelaySinkNameAt(i);
 	sink_types[n] = NULL;
 	sink_type = RelayConfigChoice(config, "sink_type", sink_types, NULL);
-	sink = RelaySinkLookup(sink_type);
-	Assert(sink != NULL);
+	/* a broker's sink is a module: loaded here, or refused with what to install */
+	sink = RelaySinkLoad(sink_type);
 
 	/* a sink without "ordering" (a file) delivers in id order anyway: say so */
 	if (!sink_takes(sink, "ordering"))

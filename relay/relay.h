@@ -279,6 +279,7 @@ extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadi
 /* secrets.c */
 extern char *RelaySecretsDirectory;
 extern bool RelayResolveSecrets(char **headers, char **secrets, char **error);
+extern char *RelayReadSecretRef(const char *marked, char **error);
 
 /* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,

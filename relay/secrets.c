@@ -148,6 +148,24 @@ has_control(const char *s)
 }
 
 /*
+ * The value of one secret reference, marked as pipelines.c marks it
+ * ("\x01env:NAME", "\x01file:NAME"), for a broker's credential; NULL,
+ * with *error, when it cannot be read or holds a control character.
+ */
+char *
+RelayReadSecretRef(const char *marked, char **error)
+{
+	char	   *value = resolve_ref(marked, error);
+
+	if (value != NULL && has_control(value))
+	{
+		*error = psprintf("secret reference \"%s\" holds a line break or control character", marked + 1);
+		return NULL;
+	}
+	return value;
+}
+
+/*
  * Replaces the references among a webhook's headers ("Name: value" lines)
  * and signing secrets (base64 after whsec_, space-separated) with their
  * values. False, with *error, when one cannot be read or is not valid.

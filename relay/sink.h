@@ -4,7 +4,8 @@
  *		manner of PostgreSQL's FdwRoutine: each sink type is a table of
  *		callbacks (RelaySinkRoutine) that the loop calls through, and never
  *		names an implementation. A new sink is a file in relay/sinks/ and one
- *		line in relay/sinks/sinks.c.
+ *		line in relay/sinks/sinks.c; a broker's sink is a module of its own
+ *		(relay/broker.h).
  *
  * A pipeline's life: `open` turns its config into the sink's own state
  * (a struct private to the sink's file), kept for as long as the worker
@@ -179,9 +180,14 @@ typedef struct RelaySinkRoutine
 	void		(*close) (void *state);
 } RelaySinkRoutine;
 
-/* sinks/sinks.c: the routine of a sink type, or NULL; the i-th one, from 0. */
+/*
+ * sinks/sinks.c: the routine of a sink type, loading a broker's module
+ * (an ERROR, 42704, when it cannot be); the routine if it is built in or
+ * already loaded, else NULL; the i-th type's name, from 0.
+ */
+extern const RelaySinkRoutine *RelaySinkLoad(const char *name);
 extern const RelaySinkRoutine *RelaySinkLookup(const char *name);
-extern const RelaySinkRoutine *RelaySinkAt(int i);
+extern const char *RelaySinkNameAt(int i);
 
 /* Sets one message's failure. */
 static inline void

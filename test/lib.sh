@@ -19,12 +19,20 @@ log() { printf '\n== %s\n' "$*"; }
 
 # Debian packages the build and the tests need (libmicrohttpd-dev for
 # test/receiver, the webhook receiver of the TAP tests and the demo;
-# libpg-query-dev for test/sql_names, which checks the C code's SQL).
+# libpg-query-dev for test/sql_names, which checks the C code's SQL; the
+# brokers' libraries and servers).
 # test/run-in-chroot.sh installs the same ones into its chroots.
 tide_packages() {
 	echo build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR \
 		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl \
-		libmicrohttpd-dev libpg-query-dev
+		libmicrohttpd-dev libpg-query-dev $(tide_broker_packages)
+}
+
+# The broker sinks' client libraries (the Makefile builds a sink's module
+# only where its library is installed) and the brokers their tests start.
+tide_broker_packages() {
+	echo librdkafka-dev libnats-dev libhiredis-dev librabbitmq-dev libmosquitto-dev \
+		redis-server nats-server rabbitmq-server mosquitto
 }
 
 # Installs those of tide_packages that are missing.

@@ -40,8 +40,10 @@ REVOKE ALL ON FUNCTION tide._relay_secret_header(text) FROM PUBLIC, tide_admin, 
 GRANT EXECUTE ON FUNCTION tide._relay_secret_header(text) TO tide_admin;
 
 -- The config with secrets replaced by "********": signing_secret, the
--- values of headers marked {"secret": true}, and the values of headers
--- whose name says they carry a credential (tide._relay_secret_header).
+-- values of headers marked {"secret": true}, the values of headers
+-- whose name says they carry a credential (tide._relay_secret_header),
+-- and the string members of a broker's "auth" object whose name says so
+-- (password, token, ...).
 -- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
 -- names, not secrets.
 CREATE OR REPLACE FUNCTION tide._relay_redact(p_config jsonb)
@@ -69,6 +71,13 @@ AS $$
 								 WHEN tide._relay_secret_header(key)
 								 THEN '"********"' ELSE value END)
 					  FROM jsonb_each(p_config -> 'headers')), '{}'))
+		   ELSE '{}' END
+		|| CASE WHEN jsonb_typeof(p_config -> 'auth') = 'object' THEN
+				jsonb_build_object('auth', coalesce((
+					SELECT jsonb_object_agg(key,
+							CASE WHEN jsonb_typeof(value) = 'string' AND tide._relay_secret_header(key)
+								 THEN '"********"' ELSE value END)
+					  FROM jsonb_each(p_config -> 'auth')), '{}'))
 		   ELSE '{}' END
 $$
 SET search_path = pg_catalog, pg_temp;

@@ -247,7 +247,7 @@ INSERT INTO calls (expect, call) VALUES
 	('22023', $c$SELECT tide.relay_set_outbox('bi p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/"}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '[]')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"url": "https://example.com/"}')$c$),
-	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "kafka", "url": "https://example.com/"}')$c$),
+	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "sqs", "url": "https://example.com/"}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "urll": "https://example.com/"}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": "https://example.com/", "retry": {"jitter": 1}}')$c$),
 	('22023', $c$SELECT tide.relay_set_outbox('bi_p', 'bi_orders', 'bi_g3', '{"sink_type": "webhook", "url": 443}')$c$),

@@ -128,7 +128,7 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', NULL)$$
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '[]')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '"webhook"')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{}')$$);
-SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "kafka", "url": "https://a.example"}')$$);
+SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "sqs", "url": "https://a.example"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": 1, "url": "https://a.example"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('p', 'rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "uri": "x"}')$$);
 
@@ -332,3 +332,7 @@ SELECT tide.outbox_drop('rc_payments');
 SELECT current_setting('pg_tide.relay_enabled') AS relay_enabled;
 SELECT count(*) AS workers FROM tide.relay_workers();
 SELECT pg_get_function_arguments('tide.relay_workers()'::regprocedure) AS columns;
+
+-- A broker's credentials sit in "auth": secret-named strings are redacted,
+-- references and other members are shown.
+SELECT tide._relay_redact('{"sink_type": "kafka", "topic": "orders", "auth": {"mechanism": "SCRAM-SHA-256", "username": "relay", "password": "hunter2", "token": {"env": "PG_TIDE_TOKEN"}}}');

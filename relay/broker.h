@@ -1,0 +1,142 @@
+/*
+ * broker.h
+ *		What the sinks of message brokers share (Kafka, NATS JetStream,
+ *		Redis Streams, RabbitMQ, MQTT): each is a module of its own
+ *		(relay/sinks/sinks.c loads it) that implements sink.h's routine
+ *		and uses these, which live in pg_tide.so (relay/broker.c,
+ *		relay/send_window.c), so that every broker names, maps, sends and
+ *		fails the same way. docs/relay.md describes them for users.
+ */
+#ifndef TIDE_BROKER_H
+#define TIDE_BROKER_H
+
+#include "sink.h"
+#include "events.h"
+
+/*
+ * The headers every broker sink sets where its protocol has headers
+ * (Kafka headers, NATS headers, AMQP properties' headers, MQTT 5 user
+ * properties), before the message's own headers, each under its name;
+ * where it has none, the body is the message's JSON object
+ * (RelayAppendMessageJson), which holds all of them.
+ */
+#define RELAY_HEADER_ID			"tide-id"	/* outbox_<outbox>:<id>: receivers deduplicate by it */
+#define RELAY_HEADER_OUTBOX		"tide-outbox"
+#define RELAY_HEADER_CREATED_AT "tide-created-at"
+
+/*
+ * The error classes of broker failures, in tide.relay_attempts and status.
+ * A sink reports each with the outcome beside it:
+ *	connection, auth	RELAY_UNREACHABLE: the pipeline is held, nothing dead-lettered
+ *	timeout, broker		RELAY_RETRYABLE: tried again with back-off
+ *	too_large, unknown_destination, unroutable, refused, template
+ *						RELAY_PERMANENT: dead-lettered
+ */
+#define RELAY_CLASS_CONNECTION	"connection"	/* broker unreachable, connection lost */
+#define RELAY_CLASS_AUTH		"auth"	/* authentication or authorisation refused */
+#define RELAY_CLASS_TIMEOUT		"timeout"	/* no acknowledgement in time */
+#define RELAY_CLASS_BROKER		"broker"	/* a transient error the broker reported */
+#define RELAY_CLASS_TOO_LARGE	"too_large"
+#define RELAY_CLASS_UNKNOWN_DESTINATION "unknown_destination"	/* no such topic, stream */
+#define RELAY_CLASS_UNROUTABLE	"unroutable"	/* RabbitMQ: no queue bound (mandatory) */
+#define RELAY_CLASS_REFUSED		"refused"	/* the broker refused the message for good */
+#define RELAY_CLASS_TEMPLATE	"template"	/* its destination template names a header it lacks */
+
+/*
+ * Credentials: a config key holding a password, token or other secret is
+ * a non-empty string or a reference {"env": "PG_TIDE_..."} / {"file":
+ * "..."} read by the worker (secrets.c), and sits in the config's "auth"
+ * object, whose secret-named members every output redacts
+ * (tide._relay_redact). RelayConfigCheckCredential is for validators;
+ * RelayBrokerCredential reads one in `open`: the value (palloc'd), or
+ * NULL for an absent key; false, with *error, when a reference cannot be
+ * read (the pipeline's error, and set opened->read_secrets).
+ */
+extern void RelayConfigCheckCredential(const char *key, const cJSON *v);
+extern bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
+
+/*
+ * Destination templates such as "orders.{type}": each {name} is the value
+ * of the message's header `name` (a string as it is, a number or boolean
+ * as its JSON text). RelayConfigCheckTemplate refuses a template that is
+ * not a non-empty string of well-formed placeholders (name: letters,
+ * digits, "_", "-", "."); RelayBrokerExpand appends the destination of m
+ * to out, or returns false with error set (class "template", permanent)
+ * when a header is missing, null, an object or an array, or empty.
+ */
+extern void RelayConfigCheckTemplate(const char *key, const cJSON *v, const char *hint);
+extern bool RelayBrokerExpand(const char *tmpl, const RelayMessage *m, StringInfo out,
+							  char *error, size_t errsize);
+
+/*
+ * Calls cb with each header a broker message carries: RELAY_HEADER_ID,
+ * RELAY_HEADER_OUTBOX, RELAY_HEADER_CREATED_AT (without quotes), then the
+ * message's own headers in their order (a string as it is, any other
+ * value as its JSON text). value is valid during the call only.
+ */
+typedef void (*RelayHeaderCallback) (const char *name, const char *value, void *arg);
+extern void RelayBrokerForEachHeader(const RelayMessage *m, RelayHeaderCallback cb, void *arg);
+
+/*
+ * Waking the loop from a client library's own thread (librdkafka, nats.c,
+ * libmosquitto's): the thread calls RelayNotifierSignal only (no palloc,
+ * no PostgreSQL function; write(2) on an eventfd), and `callback` runs in
+ * the loop, which drains the library's results. Open it in `open`
+ * (false when it cannot be), close it in `close`.
+ */
+typedef struct RelayNotifier
+{
+	int			fd;
+	RelayWatch *watch;
+} RelayNotifier;
+
+extern bool RelayNotifierOpen(RelayNotifier *n, RelayFdCallback callback, void *arg);
+extern void RelayNotifierSignal(RelayNotifier *n);
+extern void RelayNotifierDrain(RelayNotifier *n);
+extern void RelayNotifierClose(RelayNotifier *n);
+
+/*
+ * Which messages of a batch may be sent now (send_window.c): at most
+ * max_in_flight unacknowledged, in id order, a message that waits for an
+ * earlier one of its key (batch->after) only once that one was
+ * acknowledged, and never one that could not be acknowledged before the
+ * batch's deadline (its last tenth is left to the ones in flight). Every
+ * sink that sends messages one by one keeps its batch's state here; a
+ * message never sent keeps RELAY_NOT_SENT and is leased again.
+ */
+typedef enum RelaySendState
+{
+	RELAY_SEND_WAITING = 0,
+	RELAY_SEND_IN_FLIGHT,
+	RELAY_SEND_ACKED,
+	RELAY_SEND_FAILED,
+	RELAY_SEND_SKIPPED			/* never to be sent in this batch */
+} RelaySendState;
+
+typedef struct RelaySendWindow
+{
+	const RelaySinkBatch *batch;
+	RelaySendState *state;		/* one per message, in batch->cxt */
+	int			max_in_flight;
+	int			in_flight;
+	int			next;			/* no message before it is WAITING */
+	bool		stopped;		/* nothing more is sent (a destination failure) */
+	TimestampTz started_at;
+	TimestampTz deadline;
+	long		timeout_ms;
+} RelaySendWindow;
+
+extern void RelaySendWindowInit(RelaySendWindow *w, RelaySinkBatch *batch,
+								int max_in_flight, long timeout_ms);
+/* The next message to send now (marked in flight), or -1. */
+extern int	RelaySendWindowNext(RelaySendWindow *w);
+/*
+ * Message i's answer: acknowledged or not; stop: no more messages are
+ * sent (the destination failed, or ordering 'strict' after a failure,
+ * which RelaySendWindowDone applies by itself).
+ */
+extern void RelaySendWindowDone(RelaySendWindow *w, int i, bool acked, bool stop);
+/* Whether nothing is in flight and nothing more will be sent. */
+extern bool RelaySendWindowFinished(RelaySendWindow *w);
+
+#endif							/* TIDE_BROKER_H */
