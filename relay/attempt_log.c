@@ -73,6 +73,7 @@ RelayMakeArray(Datum *elems, bool *nulls, int n, Oid type)
 void
 RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz sent_at)
 {
+	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[13] = {TEXTOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID,
 		INT4ARRAYOID, BOOLARRAYOID, BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
 	TEXTARRAYOID, FLOAT4ARRAYOID, TEXTARRAYOID, INT4OID};
@@ -123,7 +124,7 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 	for (c = 0; c < 10; c++)
 		values[2 + c] = RelayMakeArray(cols[c], nulls[c], n, types[c]);
 	values[12] = Int32GetDatum(n);
-	if (SPI_execute_with_args("INSERT INTO tide.relay_attempts"
+	if (SPI_execute_plan(TidePlan(&plan, "INSERT INTO tide.relay_attempts"
 							  "  (pipeline_id, outbox_name, message_id, attempt, manual, status,"
 							  "   response_code, error_class, error, latency_ms, response_snippet,"
 							  "   attempted_at)"
@@ -135,7 +136,8 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 							  "          pg_catalog.unnest($11), pg_catalog.unnest($12))"
 							  "        AS u(outbox, id, attempt, manual, ok, status, error_class, error,"
 							  "             latency_ms, snippet)",
-							  12, argtypes, values, NULL, false, 0) != SPI_OK_INSERT)
+								  12, argtypes),
+						 values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not log the delivery attempts of pipeline \"%s\"", p->name);
 }
 

@@ -61,7 +61,10 @@
 #include <curl/curl.h>
 #include <sys/epoll.h>
 
+#include "lib/ilist.h"
 #include "lib/stringinfo.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "address.h"
@@ -73,6 +76,11 @@
 
 /* How much of a response body is kept (for the log). */
 #define WEBHOOK_MAX_RESPONSE	2048
+/* Connections to one destination host, at most (and curl's bound per host). */
+#define WEBHOOK_HOST_CONNECTIONS 64
+/* Easy handles a pool keeps to use again rather than make anew. */
+#define WEBHOOK_IDLE_HANDLES	64
+#define WEBHOOK_HOST_KEY_SIZE	256
 
 /* A webhook pipeline's settings, from its config. */
 typedef struct WebhookSinkConfig
@@ -86,6 +94,7 @@ typedef struct WebhookSinkConfig
 	bool		pg_tide_signature;	/* signature 'pg-tide' rather than 'standard' */
 	bool		allow_http;
 	bool		allow_private_network;
+	char		host_key[WEBHOOK_HOST_KEY_SIZE];	/* "scheme://host:port" of the url */
 } WebhookSinkConfig;
 
 /*
@@ -99,7 +108,25 @@ typedef struct WebhookPool
 {
 	CURLM	   *multi;
 	RelayTimer	timer;
+	HTAB	   *hosts;			/* WebhookHost by "scheme://host:port" */
+	CURL	   *idle[WEBHOOK_IDLE_HANDLES]; /* easy handles to use again, reset */
+	int			nidle;
 } WebhookPool;
+
+/*
+ * A destination host's connections in a pool: the requests started to it
+ * and not finished, at most WEBHOOK_HOST_CONNECTIONS (curl's own bound per
+ * host), and the batches waiting for one of them to finish, in the order
+ * they came. A request is handed to curl only with a connection for it:
+ * one queued inside curl behind the bound would have its timeout run, and
+ * time out unsent, taken for the destination's failure.
+ */
+typedef struct WebhookHost
+{
+	char		key[WEBHOOK_HOST_KEY_SIZE];
+	int			running;
+	dlist_head	waiting;		/* WebhookBatch.wait_node */
+} WebhookHost;
 
 static WebhookPool pools[2];
 static bool curl_ready = false;
@@ -116,6 +143,7 @@ typedef struct WebhookRequest
 	int			first;			/* index of its first message in the batch */
 	int			last;			/* index of its last message */
 	bool		started;
+	bool		holds_slot;		/* started and counted in its host's running */
 	bool		skipped;		/* never to start: the message it waits for failed */
 	bool		done;
 	bool		blocked;		/* the SSRF check refused the address */
@@ -137,6 +165,9 @@ typedef struct WebhookBatch
 	RelaySinkBatch *batch;
 	const WebhookSinkConfig *cfg;
 	WebhookPool *pool;
+	WebhookHost *host;
+	dlist_node	wait_node;		/* in host->waiting while waiting is set */
+	bool		waiting;
 	WebhookRequest *reqs;
 	int			nreqs;			/* its requests, each prepared when it starts */
 	char		ts[32];			/* webhook-timestamp, the same for every request */
@@ -235,6 +266,88 @@ add_signatures(struct curl_slist **list, const WebhookSinkConfig *cfg,
 }
 
 /*
+ * The host of a pool that a batch's requests go to, made on first use;
+ * NULL without memory (its requests are then not counted).
+ */
+static WebhookHost *
+host_of(WebhookPool *pool, const char *key)
+{
+	WebhookHost *h;
+	bool		found;
+
+	if (pool->hosts == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = WEBHOOK_HOST_KEY_SIZE;
+		ctl.entrysize = sizeof(WebhookHost);
+		ctl.hcxt = TopMemoryContext;
+		pool->hosts = hash_create("pg_tide webhook hosts", 64, &ctl,
+								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	h = hash_search(pool->hosts, key, HASH_ENTER_NULL, &found);
+	if (h != NULL && !found)
+	{
+		h->running = 0;
+		dlist_init(&h->waiting);
+	}
+	return h;
+}
+
+/* Whether the batch's host has a connection for one more request. */
+static bool
+slot_free(const WebhookBatch *wb)
+{
+	return wb->host == NULL || wb->host->running < WEBHOOK_HOST_CONNECTIONS;
+}
+
+/*
+ * A request no longer in flight gives its host's connection to the batch
+ * that has waited longest for one: that batch is marked ready, so the
+ * worker calls its `progress`.
+ */
+static void
+slot_release(WebhookRequest *r)
+{
+	WebhookHost *h = r->wb->host;
+
+	if (!r->holds_slot)
+		return;
+	r->holds_slot = false;
+	h->running--;
+	if (!dlist_is_empty(&h->waiting))
+	{
+		WebhookBatch *next = dlist_container(WebhookBatch, wait_node,
+											 dlist_pop_head_node(&h->waiting));
+
+		next->waiting = false;
+		next->batch->ready = true;
+	}
+}
+
+/* An easy handle for a request: one the pool used before, or a new one. */
+static CURL *
+get_easy(WebhookPool *pool)
+{
+	if (pool->nidle > 0)
+		return pool->idle[--pool->nidle];
+	return curl_easy_init();
+}
+
+/* Gives back a request's easy handle, reset, to be used again (or freed). */
+static void
+put_easy(WebhookPool *pool, CURL *easy)
+{
+	if (pool != NULL && pool->nidle < WEBHOOK_IDLE_HANDLES)
+	{
+		curl_easy_reset(easy);
+		pool->idle[pool->nidle++] = easy;
+	}
+	else
+		curl_easy_cleanup(easy);
+}
+
+/*
  * Prepares the body and headers of a request for messages first..last; its
  * easy handle is made when it starts (new_easy_handle), so that a batch
  * holds handles, several kilobytes each, only for the requests in flight.
@@ -317,7 +430,7 @@ prepare_request_in(WebhookRequest *r, WebhookBatch *wb)
 static bool
 new_easy_handle(WebhookRequest *r, const WebhookSinkConfig *cfg)
 {
-	r->easy = curl_easy_init();
+	r->easy = get_easy(r->wb->pool);
 	if (r->easy == NULL)
 		return false;
 	curl_easy_setopt(r->easy, CURLOPT_URL, cfg->url);
@@ -489,7 +602,7 @@ keep_info_and_release(WebhookRequest *r, CURLM *multi)
 		r->latency_ms = us / 1000.0;
 	r->info_kept = true;
 	curl_multi_remove_handle(multi, r->easy);
-	curl_easy_cleanup(r->easy);
+	put_easy(r->wb->pool, r->easy);
 	r->easy = NULL;
 	curl_slist_free_all(r->hdrs);
 	r->hdrs = NULL;
@@ -502,11 +615,12 @@ keep_info_and_release(WebhookRequest *r, CURLM *multi)
 static void
 release_request(WebhookRequest *r, CURLM *multi)
 {
+	slot_release(r);
 	if (r->easy)
 	{
 		if (r->started)
 			curl_multi_remove_handle(multi, r->easy);
-		curl_easy_cleanup(r->easy);
+		put_easy(r->wb->pool, r->easy);
 		r->easy = NULL;
 	}
 	if (r->hdrs)
@@ -567,6 +681,7 @@ take_finished(WebhookPool *pool)
 		r->code = m->data.result;
 		curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &r->status);
 		keep_info_and_release(r, pool->multi);
+		slot_release(r);
 		r->wb->running--;
 		if (stops_the_batch(r, r->wb->batch->stop_at_failure))
 			r->wb->stopped = true;
@@ -654,14 +769,20 @@ get_pool(bool allow_private)
 			return NULL;
 		pool->timer.fire = timer_due;
 		pool->timer.arg = pool;
-		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
+		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) WEBHOOK_HOST_CONNECTIONS);
 		curl_multi_setopt(pool->multi, CURLMOPT_SOCKETFUNCTION, curl_socket_changed);
 		curl_multi_setopt(pool->multi, CURLMOPT_SOCKETDATA, pool);
 		curl_multi_setopt(pool->multi, CURLMOPT_TIMERFUNCTION, curl_timer_changed);
 		curl_multi_setopt(pool->multi, CURLMOPT_TIMERDATA, pool);
 	}
-	/* a reload may have changed it */
+	/*
+	 * A reload may have changed it. The cache of idle connections is as
+	 * large as the bound: by default curl keeps only 4 per easy handle
+	 * attached, so a batch's last requests, and the pause between two
+	 * batches, would close the connections the next batch opens again.
+	 */
 	curl_multi_setopt(pool->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) RelayMaxConnections);
+	curl_multi_setopt(pool->multi, CURLMOPT_MAXCONNECTS, (long) RelayMaxConnections);
 	return pool;
 }
 
@@ -689,6 +810,7 @@ webhook_start(void *state, RelaySinkBatch *batch)
 		wb->failed = "could not initialise libcurl";
 		return;
 	}
+	wb->host = host_of(wb->pool, cfg->host_key);
 	snprintf(wb->ts, sizeof(wb->ts), "%ld", (long) time(NULL));
 	wb->reqs = palloc0(sizeof(WebhookRequest) * nreqs);
 	for (int i = 0; i < nreqs; i++)
@@ -736,17 +858,25 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 	WebhookBatch *wb = batch->sink_private;
 	const WebhookSinkConfig *cfg = wb->cfg;
 	long		left_ms;
+	bool		may_start;
+	bool		for_slot = false;
 
 	if (wb->failed)
 		return true;
 	left_ms = ms_until(wb->deadline);
-	for (int i = wb->next; i < wb->nreqs && !wb->stopped && wb->running < cfg->max_in_flight &&
-		 left_ms > 0 && left_ms >= cfg->timeout_ms / 10; i++)
+	may_start = !wb->stopped && left_ms > 0 && left_ms >= cfg->timeout_ms / 10;
+	for (int i = wb->next; i < wb->nreqs && may_start && wb->running < cfg->max_in_flight; i++)
 	{
 		WebhookRequest *r = &wb->reqs[i];
 
 		if (r->started || r->skipped || !request_may_start(wb, i))
 			continue;
+		if (!slot_free(wb))
+		{
+			/* its host's connections are all in use: wait for one, in turn */
+			for_slot = true;
+			break;
+		}
 		if (!prepare_request_in(r, wb) || !new_easy_handle(r, cfg))
 		{
 			/* not started: the batch is leased again */
@@ -761,11 +891,21 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 			break;
 		}
 		r->started = true;
+		if (wb->host != NULL)
+		{
+			r->holds_slot = true;
+			wb->host->running++;
+		}
 		wb->running++;
 	}
 	while (wb->next < wb->nreqs && (wb->reqs[wb->next].started || wb->reqs[wb->next].skipped))
 		wb->next++;
-	if (wb->running == 0 || left_ms <= 0)
+	if (for_slot && !wb->waiting)
+	{
+		dlist_push_tail(&wb->host->waiting, &wb->wait_node);
+		wb->waiting = true;
+	}
+	if ((wb->running == 0 && !for_slot) || left_ms <= 0)
 		return true;
 	batch->wake_at = wb->deadline;
 	return false;
@@ -778,6 +918,11 @@ release_batch(WebhookBatch *wb)
 	if (wb == NULL || wb->released)
 		return;
 	wb->released = true;
+	if (wb->waiting)
+	{
+		dlist_delete(&wb->wait_node);
+		wb->waiting = false;
+	}
 	for (int i = 0; i < wb->nreqs; i++)
 		release_request(&wb->reqs[i], wb->pool ? wb->pool->multi : NULL);
 }
@@ -893,6 +1038,29 @@ signing_secrets(const cJSON *secret)
 	return buf.len > 0 ? buf.data : NULL;
 }
 
+/* "scheme://host:port" of a URL, the default port filled in (or the URL itself). */
+static void
+host_key(const char *url, char *key)
+{
+	CURLU	   *u = curl_url();
+	char	   *scheme = NULL;
+	char	   *host = NULL;
+	char	   *port = NULL;
+
+	strlcpy(key, url, WEBHOOK_HOST_KEY_SIZE);
+	if (u == NULL)
+		return;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+		snprintf(key, WEBHOOK_HOST_KEY_SIZE, "%s://%s:%s", scheme, host, port);
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+}
+
 /*
  * The pipeline's settings from its config (a URL is required), with the
  * secrets it refers to read; false when they cannot be (the pipeline's
@@ -919,6 +1087,7 @@ webhook_open(const cJSON *config, RelaySinkOpened *opened)
 	w->pg_tide_signature = RelayConfigStringIs(config, "signature", "pg-tide");
 	w->allow_http = RelayConfigIs(config, "allow_http", true);
 	w->allow_private_network = RelayConfigIs(config, "allow_private_network", true);
+	host_key(w->url, w->host_key);
 	opened->longest_batch_seconds = (w->timeout_ms + 999) / 1000;
 	opened->read_secrets = (w->headers && strchr(w->headers, '\x01')) ||
 		(w->secrets && strchr(w->secrets, '\x01'));
