@@ -626,9 +626,20 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 		return BATCH_HELD;
 	}
 
-	/* Live: the first message not settled holds the pipeline. */
+	/*
+	 * Live: the first message not settled holds the pipeline; unless it was
+	 * only not sent, in a batch that sent others (its time ran out: the
+	 * requests waited their turn for connections): nothing failed, and the
+	 * rest is leased again at once.
+	 */
 	if (!from_queue && settled < n)
 	{
+		if (r.each[settled].outcome == RELAY_NOT_SENT && nsucceeded + nfailed > 0)
+		{
+			end_hold(st);
+			st->look = true;
+			return BATCH_FULL;
+		}
 		hold_pipeline(p, st, &msgs[settled], &r.each[settled]);
 		return BATCH_HELD;
 	}

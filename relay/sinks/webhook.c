@@ -168,6 +168,7 @@ typedef struct WebhookBatch
 	WebhookHost *host;
 	dlist_node	wait_node;		/* in host->waiting while waiting is set */
 	bool		waiting;
+	int			handed;			/* connections handed to it, not yet used */
 	WebhookRequest *reqs;
 	int			nreqs;			/* its requests, each prepared when it starts */
 	char		ts[32];			/* webhook-timestamp, the same for every request */
@@ -294,34 +295,74 @@ host_of(WebhookPool *pool, const char *key)
 	return h;
 }
 
-/* Whether the batch's host has a connection for one more request. */
+/*
+ * Whether the batch may start one more request to its host: it was handed
+ * a connection, or one is free (none is while batches wait: each freed
+ * one goes to the batch that waited longest).
+ */
 static bool
 slot_free(const WebhookBatch *wb)
 {
-	return wb->host == NULL || wb->host->running < WEBHOOK_HOST_CONNECTIONS;
+	return wb->host == NULL || wb->handed > 0 || wb->host->running < WEBHOOK_HOST_CONNECTIONS;
+}
+
+/* Counts a request that starts on its host's connections. */
+static void
+slot_take(WebhookRequest *r)
+{
+	WebhookBatch *wb = r->wb;
+
+	if (wb->host == NULL)
+		return;
+	if (wb->handed > 0)
+		wb->handed--;			/* already counted in running */
+	else
+		wb->host->running++;
+	r->holds_slot = true;
 }
 
 /*
- * A request no longer in flight gives its host's connection to the batch
- * that has waited longest for one: that batch is marked ready, so the
- * worker calls its `progress`.
+ * A connection of the host is no longer needed: handed to the batch that
+ * has waited longest for one (it stays counted in running, so no other
+ * batch takes it first), which is marked ready so the worker calls its
+ * `progress`; or free.
  */
 static void
-slot_release(WebhookRequest *r)
+slot_give(WebhookHost *h)
 {
-	WebhookHost *h = r->wb->host;
-
-	if (!r->holds_slot)
+	if (dlist_is_empty(&h->waiting))
+	{
+		h->running--;
 		return;
-	r->holds_slot = false;
-	h->running--;
-	if (!dlist_is_empty(&h->waiting))
+	}
 	{
 		WebhookBatch *next = dlist_container(WebhookBatch, wait_node,
 											 dlist_pop_head_node(&h->waiting));
 
 		next->waiting = false;
+		next->handed++;
 		next->batch->ready = true;
+	}
+}
+
+/* A request no longer in flight gives its connection on. */
+static void
+slot_release(WebhookRequest *r)
+{
+	if (!r->holds_slot)
+		return;
+	r->holds_slot = false;
+	slot_give(r->wb->host);
+}
+
+/* Gives on the connections a batch was handed and did not use. */
+static void
+slots_return(WebhookBatch *wb)
+{
+	while (wb->handed > 0)
+	{
+		wb->handed--;
+		slot_give(wb->host);
 	}
 }
 
@@ -891,15 +932,13 @@ webhook_progress(void *state, RelaySinkBatch *batch)
 			break;
 		}
 		r->started = true;
-		if (wb->host != NULL)
-		{
-			r->holds_slot = true;
-			wb->host->running++;
-		}
+		slot_take(r);
 		wb->running++;
 	}
 	while (wb->next < wb->nreqs && (wb->reqs[wb->next].started || wb->reqs[wb->next].skipped))
 		wb->next++;
+	/* connections handed to it and not used (nothing more to start now) go on */
+	slots_return(wb);
 	if (for_slot && !wb->waiting)
 	{
 		dlist_push_tail(&wb->host->waiting, &wb->wait_node);
@@ -923,6 +962,7 @@ release_batch(WebhookBatch *wb)
 		dlist_delete(&wb->wait_node);
 		wb->waiting = false;
 	}
+	slots_return(wb);
 	for (int i = 0; i < wb->nreqs; i++)
 		release_request(&wb->reqs[i], wb->pool ? wb->pool->multi : NULL);
 }
