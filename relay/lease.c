@@ -394,15 +394,17 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 			done[ndone++] = Int64GetDatum(s->msgs[i].id);
 	if (ndone > 0)
 	{
+		static SPIPlanPtr done_plan = NULL;
 		Oid			types[2] = {TEXTOID, INT8ARRAYOID};
 		Datum		args[2];
 
 		args[0] = values[3];
 		args[1] = RelayMakeArray(done, NULL, ndone, INT8OID);
-		if (SPI_execute_with_args("DELETE FROM tide.relay_retry_queue"
-								  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
-								  "   AND message_id OPERATOR(pg_catalog.=) ANY ($2)",
-								  2, types, args, NULL, false, 0) != SPI_OK_DELETE)
+		if (SPI_execute_plan(TidePlan(&done_plan, "DELETE FROM tide.relay_retry_queue"
+									  " WHERE pipeline_id OPERATOR(pg_catalog.=) $1"
+									  "   AND message_id OPERATOR(pg_catalog.=) ANY ($2)",
+									  2, types),
+							 args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not update the retry queue of pipeline \"%s\"", p->name);
 	}
 	RelayEndShortXact(cxt);
