@@ -110,7 +110,8 @@ relay/worker.o relay/serving.o: pg_tide.control
 # Debian -dev package) is installed, so that pg_tide.so never needs a
 # broker library; relay/sinks/sinks.c loads a module when a pipeline names
 # its sink type. <sink>:<pkg-config name> for each:
-BROKER_SINKS = kafka:rdkafka nats:libnats redis:hiredis rabbitmq:librabbitmq mqtt:libmosquitto
+# (BROKER_SINKS= from the environment builds none: the Debian package, debian/rules)
+BROKER_SINKS ?= kafka:rdkafka nats:libnats redis:hiredis rabbitmq:librabbitmq mqtt:libmosquitto
 broker_name = $(firstword $(subst :, ,$(1)))
 broker_pc = $(lastword $(subst :, ,$(filter $(1):%,$(BROKER_SINKS))))
 # the sinks whose sources exist and whose library is installed

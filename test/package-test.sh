@@ -111,6 +111,17 @@ echo "polled:    $polled"
 	echo "FAILED: the polled payload is not the one published" >&2
 	exit 1
 }
+# A broker sink's module is not in the package: its pipeline is refused,
+# naming what to install, and pg_tide works on.
+if out=$(sql "SELECT tide.relay_set_outbox('to_kafka', 'orders', 'to_kafka', '{\"sink_type\": \"kafka\", \"bootstrap_servers\": \"127.0.0.1:9092\", \"topic\": \"orders\"}')" 2>&1); then
+	echo "FAILED: a kafka pipeline was accepted without pg_tide_kafka.so" >&2
+	exit 1
+fi
+echo "a kafka pipeline: $out"
+grep -q 'sink type "kafka" is not available on this server' <<<"$out" && grep -q 'librdkafka1' <<<"$out" || {
+	echo "FAILED: the refusal of a kafka pipeline does not say what to install" >&2
+	exit 1
+}
 CHECK
 chmod 755 "$dir/tmp/pg_tide_check.sh"
 echo "== a cluster with pg_tide preloaded: publish and poll"
