@@ -61,7 +61,7 @@ sub delivered
 {
 	my ($stream) = @_;
 	my %seen;
-	$seen{ ($_->{fields}{'tide-id'} =~ /:(\d+)$/)[0] }++ for $redis->entries($stream);
+	$seen{ (/:(\d+)$/)[0] }++ for $redis->field_values('tide-id', $stream);
 	return \%seen;
 }
 

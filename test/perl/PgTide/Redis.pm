@@ -147,16 +147,29 @@ sub cli
 sub entries
 {
 	my ($self, @streams) = @_;
+	my $json = JSON::PP->new;
+	return map { $json->decode($_) } grep { length } split /\n/, $self->_read(@streams);
+}
+
+# The values of one field of every entry of the given streams, in order.
+sub field_values
+{
+	my ($self, $field, @streams) = @_;
+	return grep { length } split /\n/, $self->_read('-f', $field, @streams);
+}
+
+sub _read
+{
+	my ($self, @args) = @_;
 	my $reader = "$FindBin::Bin/../brokers/redis_read";
 	croak "$reader is missing (make installcheck builds it)" unless -x $reader;
 	my @auth;
 	@auth = ('-a', $self->{requirepass}) if defined $self->{requirepass};
 	@auth = ('-u', 'admin', '-a', 'adminpw') if $self->{aclfile};
 	my ($out, $err);
-	run([ $reader, '127.0.0.1', $self->{port}, @auth, @streams ], '>', \$out, '2>', \$err)
+	run([ $reader, '127.0.0.1', $self->{port}, @auth, @args ], '>', \$out, '2>', \$err)
 	  or croak "redis_read failed: $err";
-	my $json = JSON::PP->new;
-	return map { $json->decode($_) } grep { length } split /\n/, $out;
+	return $out;
 }
 
 END
