@@ -10,7 +10,10 @@
 # transaction enables it and wakes the worker; the rate is N divided by the
 # time from that commit to the recording of the last message
 # (tide.relay_consumer_offsets.updated_at). The client's rate is N divided
-# by the time from its first XADD to its last answer.
+# by the time from its first XADD to its last answer. The pipeline runs
+# twice a round: as configured by default, and with "attempt_log": false
+# (no row in tide.relay_attempts per message: where most of the worker's
+# time goes otherwise), to show what the database's side costs.
 #
 # Latency: pgbench publishes one message per transaction at RATE/s for
 # DURATION seconds from one client; a message's latency is the time Redis
@@ -100,14 +103,14 @@ RETURN jsonb_build_object('event', 'order.created', 'order_id', i,
 						  'customer_id', i % 1000000, 'amount_cents', 100 + i % 100000);
 SQL
 
-# pipeline <round>: the relay delivers the backlog; records its rate.
+# pipeline <round> <case> <config>: the relay delivers the backlog; records its rate.
 pipeline() {
-	local round=$1 name=redis_$1 last start end
+	local round=$1 case=$2 config=$3 name=redis_$1_$2 last start end
 	redis-cli -p "$REDIS_PORT" DEL bench >/dev/null
 	psql_db <<SQL
 SELECT tide.outbox_create('$name', p_inline_threshold => 2000000000);
 BEGIN;
-SELECT tide.relay_set_outbox('$name', '$name', '$name', '$CONFIG');
+SELECT tide.relay_set_outbox('$name', '$name', '$name', '$config');
 SELECT tide.relay_disable('$name');
 COMMIT;
 DO \$\$
@@ -142,7 +145,7 @@ SQL
 	got=$(redis-cli -p "$REDIS_PORT" XLEN bench)
 	[ "$got" -ge "$N" ] || { echo "$BENCH_NAME: $name: $got of $N in the stream" >&2; exit 1; }
 	PIPE_RATE=$(echo "$N / ($end - $start)" | bc -l)
-	bench_record pipeline_msg_s redis "$round" "$PIPE_RATE"
+	bench_record pipeline_msg_s "$case" "$round" "$PIPE_RATE"
 	psql_db -c "SELECT tide.relay_delete('$name')" -c "SELECT tide.outbox_drop('$name')" >/dev/null
 }
 
@@ -187,11 +190,14 @@ SQL
 }
 
 log "$REPEATS rounds: a backlog of $N, $MAX_IN_FLIGHT in flight, batch_size $BATCH_SIZE; latency at $RATE/s for ${DURATION}s"
+NO_LOG_CONFIG="${CONFIG%\}}, \"attempt_log\": false}"
 for round in $(seq 1 "$REPEATS"); do
-	pipeline "$round"
+	pipeline "$round" redis "$CONFIG"
 	client "$round"
 	bench_record ratio pipeline_vs_hiredis "$round" "$(echo "$PIPE_RATE / $CLIENT_RATE" | bc -l)"
-	latency "$round"
 	log "round $round: pipeline $(printf %.0f "$PIPE_RATE") msg/s, hiredis $(printf %.0f "$CLIENT_RATE") msg/s"
+	pipeline "$round" redis_no_log "$NO_LOG_CONFIG"
+	bench_record ratio no_log_vs_hiredis "$round" "$(echo "$PIPE_RATE / $CLIENT_RATE" | bc -l)"
+	latency "$round"
 done
 bench_summary
