@@ -118,7 +118,6 @@ typedef struct RedisBatch
 	RelayMessageOutcome *each;	/* in batch->cxt, one per message */
 	TimestampTz *sent_at;
 	char		(*entry_id)[REDIS_ENTRY_ID_SIZE];
-	bool		sent_any;		/* some XADD was sent */
 } RedisBatch;
 
 static void redis_fd_ready(int fd, uint32 events, void *arg);
@@ -538,10 +537,7 @@ send_xadd(RedisSink *s, RedisBatch *rb, int i)
 			ok = false;
 		}
 		else
-		{
 			rb->sent_at[i] = GetCurrentTimestamp();
-			rb->sent_any = true;
-		}
 	}
 #undef ADD_ARG
 #undef ADD_STR
