@@ -135,3 +135,9 @@ $(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell pkg-config --cflags $(call broker_pc,$*) 2>/dev/null)
 pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
 	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell pkg-config --libs $(call broker_pc,$*))
+
+# The redis sink's tests read streams with a real client (test/brokers/redis_read.c).
+test/brokers/redis_read: test/brokers/redis_read.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs hiredis) -lcjson
+installcheck: test/brokers/redis_read
+EXTRA_CLEAN += test/brokers/redis_read
