@@ -13,7 +13,10 @@
  * The rows of a batch are written with one INSERT ... SELECT FROM unnest()
  * inside the transaction that records the batch (lease.c), so the log
  * costs one statement per batch and says exactly what the offsets say. A
- * pipeline with "attempt_log": false writes none. Once a minute the worker
+ * pipeline with "attempt_log": false writes none, with "failures" only the
+ * rows of failed attempts (each row costs about as much as the rest of a
+ * message's database work: a broker, which keeps what it was given, logs
+ * failures only by default). Once a minute the worker
  * deletes rows older than pg_tide.attempt_log_retention, in bounded chunks.
  */
 #include "postgres.h"
@@ -99,7 +102,7 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 		const RelayMessageOutcome *o = &s->each[i];
 		bool		ok = o->outcome == RELAY_DELIVERED;
 
-		if (s->attempt_no[i] <= 0)
+		if (s->attempt_no[i] <= 0 || (ok && !p->log_successes))
 			continue;
 		cols[0][n] = CStringGetTextDatum(m->outbox);
 		cols[1][n] = Int64GetDatum(m->id);

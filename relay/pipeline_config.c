@@ -237,6 +237,36 @@ routing_config(Jsonb *jb, const cJSON *config, cJSON *out)
 		RelayConfigAddCopy(out, "filter", filter);
 }
 
+/*
+ * "attempt_log": true (a row per attempt), false (none) or "failures" (a
+ * row per failed attempt only); by default true, or "failures" for a sink
+ * whose destination keeps what was delivered itself (a broker).
+ */
+static void
+attempt_log_config(const cJSON *config, const RelaySinkRoutine *sink, cJSON *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, "attempt_log");
+	const char *hint = "Give \"attempt_log\" as true (every attempt), false (none) or \"failures\".";
+
+	if (v == NULL)
+	{
+		if (sink->log_failures_by_default)
+			RelayConfigAddString(out, "attempt_log", "failures");
+		else
+			RelayConfigAddBool(out, "attempt_log", true);
+		return;
+	}
+	if (cJSON_IsString(v))
+	{
+		if (strcmp(v->valuestring, "failures") != 0)
+			RelayConfigError(hint, "invalid value \"%s\" for config key \"attempt_log\"", v->valuestring);
+		RelayConfigAddString(out, "attempt_log", "failures");
+		return;
+	}
+	RelayConfigCheckType("attempt_log", v, "boolean", hint);
+	RelayConfigAddBool(out, "attempt_log", cJSON_IsTrue(v));
+}
+
 /* The common keys and the sink's, of a config already known to be an object. */
 static void
 normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
@@ -293,7 +323,7 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 		/* "ordering_key", required with "key" and refused otherwise (ordering.c) */
 		RelayOrderingValidate(config, ordering, out);
 	}
-	RelayConfigAddBool(out, "attempt_log", RelayConfigBool(config, "attempt_log", true));
+	attempt_log_config(config, sink, out);
 	alerts_config(config, out);
 	RelayConfigAddBool(out, "allow_other_consumers", RelayConfigBool(config, "allow_other_consumers", false));
 	if (sink_takes(sink, "retry"))

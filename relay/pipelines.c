@@ -230,6 +230,7 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 	if (RelayConfigStringIs(config, "ordering", "key"))
 		p->ordering_key = RelayConfigString(config, "ordering_key");
 	p->log_attempts = !RelayConfigIs(config, "attempt_log", false);
+	p->log_successes = p->log_attempts && !RelayConfigStringIs(config, "attempt_log", "failures");
 	p->retry_base_ms = RelayConfigIntOr(retry, "base_ms", 500);
 	p->retry_cap_ms = RelayConfigIntOr(retry, "cap_ms", 60000);
 	p->retry_max_attempts = RelayConfigIntOr(retry, "max_attempts", 10);

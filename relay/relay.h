@@ -147,6 +147,7 @@ typedef struct RelayPipeline
 	int			retry_cap_ms;
 	int			retry_max_attempts; /* attempts before a message is dead-lettered */
 	bool		log_attempts;	/* attempt_log: a row in relay_attempts per attempt */
+	bool		log_successes;	/* ... successful ones too (not "failures") */
 	double		rate_per_second;	/* rate_limit.per_second; 0: no limit */
 	int			rate_burst;		/* rate_limit.burst */
 	int			breaker_threshold;	/* breaker.failure_threshold; 0: no breaker */

@@ -143,6 +143,9 @@ typedef struct RelaySinkRoutine
 {
 	const char *name;			/* sink_type in a pipeline's config */
 	const char *const *config_keys; /* the keys of the config it reads, NULL-ended */
+	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
+											 * the destination keeps what was
+											 * delivered (a broker) */
 
 	/*
 	 * Reads the sink's keys of a user's config object; raises an ERROR

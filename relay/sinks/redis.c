@@ -755,6 +755,7 @@ redis_open(const cJSON *config, RelaySinkOpened *opened)
 
 static const RelaySinkRoutine redis_routine = {
 	.name = "redis",
+	.log_failures_by_default = true,
 	.config_keys = RedisConfigKeys,
 	.validate = RedisValidate,
 	.open = redis_open,

@@ -336,3 +336,9 @@ SELECT pg_get_function_arguments('tide.relay_workers()'::regprocedure) AS column
 -- A broker's credentials sit in "auth": secret-named strings are redacted,
 -- references and other members are shown.
 SELECT tide._relay_redact('{"sink_type": "kafka", "topic": "orders", "auth": {"mechanism": "SCRAM-SHA-256", "username": "relay", "password": "hunter2", "token": {"env": "PG_TIDE_TOKEN"}}}');
+
+-- "attempt_log": true, false or "failures" (failed attempts only)
+SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "attempt_log": "failures"}') -> 'attempt_log';
+SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example"}') -> 'attempt_log';
+SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "attempt_log": "sometimes"}')$$);
+SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "attempt_log": 1}')$$);

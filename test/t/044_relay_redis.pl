@@ -108,7 +108,7 @@ is(sql("SELECT count(*) FROM tide.relay_outbox_config"), '0', 'no bad config was
 my @types = ('created', 'paid');
 my @ids = publish('orders', 1000, sub { { type => $types[ $_[0] % 2 ], acct => 'a' . ($_[0] % 7), n => $_[0] } });
 set_pipeline('orders', { url => $redis->url, stream => 'orders.{type}', batch_size => 200,
-	max_in_flight => 50, ordering => 'key', ordering_key => 'acct' });
+	max_in_flight => 50, ordering => 'key', ordering_key => 'acct', attempt_log => JSON::PP::true });
 
 my $all = sub { scalar($redis->entries('orders.created', 'orders.paid')) >= 1000 };
 ok(defined wait_until($all, 60, 100_000), 'the backlog of 1,000 arrives');
@@ -158,10 +158,14 @@ sub eq_json
 sql("SELECT tide.outbox_create('capped'); SELECT tide.outbox_create('env')");
 set_pipeline('capped', { url => $redis->url, stream => 'capped', maxlen => 10, batch_size => 500 });
 set_pipeline('env', { url => $redis->url('/3'), stream => 'env', body => 'envelope' });
-publish('capped', 2000);
+my @capped = publish('capped', 2000);
 my @env_ids = publish('env', 3, sub { { type => 'x' } });
-ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'capped' AND status = 'success'") == 2000 }, 30),
+ok(defined wait_until(sub { sql("SELECT coalesce(max(last_change_id), 0) FROM tide.relay_consumer_offsets WHERE pipeline_id = 'capped'") == $capped[-1] }, 30),
 	'maxlen: all 2,000 acknowledged');
+# a broker sink logs failed attempts only, unless its config asks for every attempt
+is(sql("SELECT (config ->> 'attempt_log') || ' ' || (SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'capped')
+		  FROM tide.relay_outbox_config WHERE name = 'capped'"), 'failures 0',
+	'attempt_log: "failures" by default, and no row for the 2,000 successes');
 my $xlen = $redis->cli('XLEN', 'capped');
 cmp_ok($xlen, '<', 1000, "maxlen: the stream is trimmed (XLEN $xlen)");
 cmp_ok($xlen, '>=', 10, 'maxlen: at least maxlen entries are kept');
