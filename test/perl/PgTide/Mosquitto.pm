@@ -1,0 +1,207 @@
+# A Mosquitto MQTT broker on 127.0.0.1 for the MQTT sink's TAP tests, and
+# a subscriber (mosquitto_sub, the broker's own client) that writes each
+# message it receives as a JSON line: topic, MQTT 5 user properties and
+# payload. The broker is stopped when the object goes away, even when the
+# test dies.
+#
+#   my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\n",
+#                                   users => { relay => 'secret' });
+#   $mq->start;
+#   my $sub = $mq->subscribe('orders/#');	# before publishing
+#   ... $mq->messages($sub) ...
+package PgTide::Mosquitto;
+
+use strict;
+use warnings;
+use Carp;
+use IPC::Run;
+use IO::Socket::INET;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils ();
+use Time::HiRes qw(time usleep);
+
+# new(dir => ..., conf => extra mosquitto.conf lines, users => {name => password}):
+# the broker is not started yet; its port is chosen by start.
+sub new
+{
+	my ($class, %args) = @_;
+	croak 'PgTide::Mosquitto->new needs dir' unless defined $args{dir};
+	for my $bin ('mosquitto', 'mosquitto_sub', 'mosquitto_passwd')
+	{
+		my $found = grep { -x "$_/$bin" } split(/:/, $ENV{PATH} . ':/usr/sbin:/sbin');
+		croak "$bin is not installed (Debian's mosquitto and mosquitto-clients)" unless $found;
+	}
+	my $self = bless { dir => $args{dir}, conf => $args{conf} // '', users => $args{users},
+		port => undef, h => undef, subs => [], json => JSON::PP->new }, $class;
+	mkdir "$self->{dir}/mosquitto";
+	mkdir "$self->{dir}/mosquitto/data";
+	return $self;
+}
+
+sub port { return $_[0]{port} }
+
+sub _binary
+{
+	my ($bin) = @_;
+	for my $d (split(/:/, $ENV{PATH} . ':/usr/sbin:/sbin'))
+	{
+		return "$d/$bin" if -x "$d/$bin";
+	}
+	croak "$bin is not installed";
+}
+
+# Writes the config for $port and starts the broker; false when it did not
+# listen (the port was taken).
+sub _try_start
+{
+	my ($self, $port) = @_;
+	my $d = "$self->{dir}/mosquitto";
+	my $conf = "listener $port 127.0.0.1\npersistence true\npersistence_location $d/data/\n"
+	  . "max_queued_messages 0\nmax_inflight_messages 0\nlog_dest file $d/mosquitto-$port.log\n"
+	  . join('', map { "log_type $_\n" } qw(error warning notice information subscribe));
+	if ($self->{users})
+	{
+		my $pw = "$d/passwords";
+		unlink $pw;
+		open(my $fh, '>', $pw) or die "cannot write $pw: $!";
+		close $fh;
+		for my $u (sort keys %{ $self->{users} })
+		{
+			IPC::Run::run([ _binary('mosquitto_passwd'), '-b', $pw, $u, $self->{users}{$u} ])
+			  or die "mosquitto_passwd failed";
+		}
+		chmod 0600, $pw;
+		$conf .= "allow_anonymous false\npassword_file $pw\n";
+	}
+	else
+	{
+		$conf .= "allow_anonymous true\n";
+	}
+	$conf .= $self->{conf};
+	open(my $fh, '>', "$d/mosquitto.conf") or die;
+	print $fh $conf;
+	close $fh;
+	$self->{h} = IPC::Run::start([ _binary('mosquitto'), '-c', "$d/mosquitto.conf" ],
+		'<', \undef, '>>', "$d/stdout", '2>>', "$d/stderr");
+	my $deadline = time() + 10;
+	while (time() < $deadline)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 1);
+		if ($s)
+		{
+			close $s;
+			return 1;
+		}
+		last unless $self->{h}->pumpable;
+		usleep(50_000);
+	}
+	$self->{h}->kill_kill;
+	$self->{h} = undef;
+	return 0;
+}
+
+# Starts the broker: on a free port the first time (trying another when one
+# is taken by then), on the same port after stop.
+sub start
+{
+	my ($self) = @_;
+	croak 'the broker is already running' if $self->{h};
+	if (defined $self->{port})
+	{
+		# the port it had: its clients reconnect to it (retried while the
+		# kernel still holds it)
+		for (1 .. 20)
+		{
+			return $self if $self->_try_start($self->{port});
+			usleep(250_000);
+		}
+		croak "mosquitto did not start again on port $self->{port}";
+	}
+	for (1 .. 5)
+	{
+		my $port = PostgreSQL::Test::Cluster::get_free_port();
+		if ($self->_try_start($port))
+		{
+			$self->{port} = $port;
+			return $self;
+		}
+	}
+	croak 'mosquitto did not start: ' . PostgreSQL::Test::Utils::slurp_file("$self->{dir}/mosquitto/stderr");
+}
+
+# Stops the broker (SIGTERM: it saves its persistent state, as a restart does).
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{h};
+	$self->{h}->signal('TERM');
+	my $deadline = time() + 10;
+	while ($self->{h}->pumpable && time() < $deadline)
+	{
+		eval { $self->{h}->pump_nb };
+		usleep(50_000);
+	}
+	$self->{h}->kill_kill;
+	$self->{h} = undef;
+	return;
+}
+
+# subscribe($filter, %opt): starts mosquitto_sub on $filter with QoS 1 and
+# MQTT 5 and a persistent session (client id $opt{id}), so that messages
+# published while it was disconnected are kept for it; returns its output
+# file. user/password when the broker has users. Waits until it is
+# subscribed.
+sub subscribe
+{
+	my ($self, $filter, %opt) = @_;
+	my $id = $opt{id} // 'reader-' . scalar(@{ $self->{subs} });
+	my $out = "$self->{dir}/mosquitto/sub-$id.jsonl";
+	my @auth = $opt{user} ? ('-u', $opt{user}, '-P', $opt{password}) : ();
+	my $h = IPC::Run::start(
+		[ _binary('mosquitto_sub'), '-h', '127.0.0.1', '-p', $self->{port}, '-V', '5', '-q', '1',
+		  '-c', '-x', '3600', '-i', $id, @auth, '-t', $filter, '-F', '%j' ],
+		'<', \undef, '>>', $out, '2>>', "$out.err");
+	push @{ $self->{subs} }, $h;
+	# subscribed once the broker logged it
+	my $deadline = time() + 10;
+	while (time() < $deadline)
+	{
+		my $log = PostgreSQL::Test::Utils::slurp_file("$self->{dir}/mosquitto/mosquitto-$self->{port}.log");
+		return $out if $log =~ /\Q$id\E \d+ \Q$filter\E/;
+		usleep(50_000);
+	}
+	croak "mosquitto_sub $id did not subscribe to $filter";
+}
+
+# The messages a subscriber received, each a hash: topic, props (user
+# properties), payload (as mosquitto_sub prints it, a string), qos, retain.
+sub messages
+{
+	my ($self, $out) = @_;
+	my @m;
+	return @m unless -e $out;
+	open(my $fh, '<', $out) or die "cannot read $out: $!";
+	while (my $line = <$fh>)
+	{
+		next unless $line =~ /\n\z/;	# a line being written
+		my $j = eval { $self->{json}->decode($line) } or next;
+		push @m, { topic => $j->{topic}, props => ($j->{properties} // {})->{'user-properties'} // {},
+			payload => $j->{payload}, qos => $j->{qos}, retain => $j->{retain},
+			content_type => ($j->{properties} // {})->{'content-type'} };
+	}
+	close $fh;
+	return @m;
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	for my $h (@{ $self->{subs} })
+	{
+		eval { $h->kill_kill };
+	}
+	eval { $self->stop };
+}
+
+1;
