@@ -55,38 +55,8 @@ sub publish
 		FROM generate_series(1, $n) g");
 }
 
-# The messages a subscriber got, by message id (tide-id, or the envelope's id).
-sub by_id
-{
-	my ($out, $envelope) = @_;
-	my %m;
-	for my $msg ($mq->messages($out))
-	{
-		my $id;
-		if ($envelope)
-		{
-			my $e = eval { $json->decode($msg->{payload}) } or next;
-			$id = $e->{message_id};
-			$msg->{envelope} = $e;
-		}
-		else
-		{
-			($id) = ($msg->{props}{'tide-id'} // '') =~ /:(\d+)$/;
-		}
-		next unless defined $id;
-		push @{ $m{$id} }, $msg;
-	}
-	return \%m;
-}
-
-sub wait_all
-{
-	my ($out, $ids, $envelope, $timeout) = @_;
-	return defined wait_until(sub {
-		my $m = by_id($out, $envelope);
-		!grep { !$m->{$_} } @$ids;
-	}, $timeout // 30, 100_000);
-}
+sub by_id { return $mq->by_id(@_); }
+sub wait_all { return $mq->wait_for_ids(@_); }
 
 # --- Bad configs: refused with 22023 and a hint, nothing stored.
 sql("SELECT tide.outbox_create('orders')");

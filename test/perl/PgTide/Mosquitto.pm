@@ -194,6 +194,52 @@ sub messages
 	return @m;
 }
 
+# The messages a subscriber received by pg_tide message id (from the
+# tide-id user property, or with $envelope from the body's message_id,
+# the body then decoded in {envelope}): id => [messages, in arrival order].
+sub by_id
+{
+	my ($self, $out, $envelope) = @_;
+	my %m;
+	for my $msg ($self->messages($out))
+	{
+		my $id;
+		if ($envelope)
+		{
+			my $e = eval { $self->{json}->decode($msg->{payload}) } or next;
+			$id = $e->{message_id};
+			$msg->{envelope} = $e;
+		}
+		else
+		{
+			($id) = ($msg->{props}{'tide-id'} // '') =~ /:(\d+)$/;
+		}
+		push @{ $m{$id} }, $msg if defined $id;
+	}
+	return \%m;
+}
+
+# Waits (at most $timeout s) until a subscriber got every id; true if it did.
+sub wait_for_ids
+{
+	my ($self, $out, $ids, $envelope, $timeout) = @_;
+	my $deadline = time() + ($timeout // 30);
+	while (time() < $deadline)
+	{
+		my $m = $self->by_id($out, $envelope);
+		return 1 unless grep { !$m->{$_} } @$ids;
+		usleep(100_000);
+	}
+	return 0;
+}
+
+# The broker's process id (to stop it with SIGSTOP), or undef.
+sub pid
+{
+	my ($self) = @_;
+	return $self->{h} ? $self->{h}{KIDS}[0]{PID} : undef;
+}
+
 sub DESTROY
 {
 	my ($self) = @_;
