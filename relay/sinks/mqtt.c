@@ -46,7 +46,10 @@
 #include <sys/epoll.h>
 
 #include <mosquitto.h>
+/* mosquitto.h includes the protocol's constants from 2.1 on, which warns of the old header */
+#ifndef MQTT_PROTOCOL_H
 #include <mqtt_protocol.h>
+#endif
 
 #include "access/xlog.h"
 #include "fmgr.h"
