@@ -4,10 +4,12 @@
 # MQTT 5 user properties and the payload as the body; MQTT 3.1.1 gets the
 # message's JSON object as the body; QoS 2 delivers; ordering 'key' keeps
 # each key's order; a refused message (too large, a template's header
-# missing, a wildcard in the topic) is dead-lettered with its class; wrong
-# credentials hold the pipeline (class auth) and dead-letter nothing, and
-# it delivers once they are right; bad configs are refused with 22023 and
-# a hint.
+# missing, a wildcard in the topic) is dead-lettered with its class; TLS
+# delivers when the broker's certificate is verified, and an untrusted one
+# holds the pipeline (class connection); a topic the broker's access rules
+# deny holds it (class auth); wrong credentials hold it (class auth) and
+# dead-letter nothing, and it delivers once they are right; no password
+# reaches the log; bad configs are refused with 22023 and a hint.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -25,8 +27,10 @@ my $json = JSON::PP->new->canonical;
 
 # Every client authenticates; max_packet_size is sent to MQTT 5 clients in
 # CONNACK, the limit a too large message meets.
+# A second listener takes TLS; the access rules deny the relay topic denied/#.
 my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\n",
-	users => { relay => 'relay-secret', reader => 'reader-secret' });
+	users => { relay => 'relay-secret', reader => 'reader-secret' }, tls => 1,
+	acl => "user relay\ntopic readwrite #\ntopic deny denied/#\nuser reader\ntopic read #\n");
 $mq->start;
 my $port = $mq->port;
 
@@ -173,6 +177,36 @@ is(sql("SELECT string_agg(message_id || ':' || last_error_class, ',' ORDER BY me
 	"$big:too_large,$nohdr:template,$wild:template", 'with classes too_large, template, template');
 is(scalar(grep { ($_->{props}{'tide-id'} // '') =~ /:($big|$nohdr|$wild)$/ } $mq->messages($sub4)), 0,
 	'no refused message reached the broker');
+
+# --- TLS, verified against the test's CA; an unknown CA holds the pipeline.
+sql("SELECT tide.outbox_create('sealed')");
+my $sub6 = $mq->subscribe('sealed', user => 'reader', password => 'reader-secret');
+set_pipeline('tls', 'sealed', topic => 'sealed', host => 'localhost', port => $mq->tls_port,
+	tls => { ca_file => $mq->ca_file });
+my @tids = publish('sealed', 20, 'NULL');
+ok(wait_all($sub6, \@tids, 0, 30), 'over TLS, verified against its CA: every message arrived');
+sql("SELECT tide.outbox_create('unsealed')");
+set_pipeline('tlsbad', 'unsealed', topic => 'sealed', host => 'localhost', port => $mq->tls_port, tls => JSON::PP::true);
+publish('unsealed', 3, 'NULL');
+ok(defined wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'tlsbad' AND error_class = 'connection'") eq 't' }, 30, 100_000),
+	'TLS with a certificate the system does not trust: class connection');
+is(sql("SELECT health || ' ' || (SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tlsbad') FROM tide.relay_pipeline_status WHERE pipeline = 'tlsbad'"),
+	'held 0', 'held, nothing dead-lettered');
+sql("SELECT tide.relay_delete('tlsbad')");
+
+# --- A topic the broker's access rules deny (MQTT 5 PUBACK 0x87): held, class auth.
+sql("SELECT tide.outbox_create('denied')");
+set_pipeline('dn', 'denied', topic => 'denied/x');
+publish('denied', 3, 'NULL');
+ok(defined wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'dn' AND error_class = 'auth'") eq 't' }, 30, 100_000),
+	'a topic the access rules deny: class auth');
+like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'dn' AND error_class = 'auth' LIMIT 1"),
+	qr/reason code 0x87/, 'the error gives the reason code');
+is(sql("SELECT health || ' ' || (SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'dn') FROM tide.relay_pipeline_status WHERE pipeline = 'dn'"),
+	'held 0', 'held, nothing dead-lettered');
+sql("SELECT tide.relay_delete('dn')");
 
 # --- Wrong credentials: held, class auth, nothing dead-lettered; then delivered.
 sql("SELECT tide.outbox_create('secure')");

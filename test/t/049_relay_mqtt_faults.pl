@@ -2,7 +2,9 @@
 # mosquitto_sub with a persistent session: a broker that is down holds the
 # pipeline (class connection) and dead-letters nothing, and the pipeline
 # delivers once it is up; the broker stopped and started again in the
-# middle of a backlog loses nothing and the pipeline recovers by itself; a
+# middle of a backlog loses nothing and the pipeline recovers by itself; the
+# connection cut while messages are in flight (a proxy loses what is sent,
+# then closes) loses nothing: what the broker never got is sent again; a
 # broker that stops answering (SIGSTOP) fails the batch with class timeout,
 # retried, and delivered once it answers again; kill -9 of the postmaster
 # in the middle of a backlog loses nothing, with duplicates only from the
@@ -18,6 +20,9 @@ use PgTide::TestNode qw(tide_node wait_until);
 use PgTide::Mosquitto;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
 
 my $node = tide_node('mqtt_faults', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -67,6 +72,68 @@ sub lines
 	return $n;
 }
 
+# A TCP proxy in a child process, from a free port to the broker's: on
+# SIGUSR1 it discards what clients send for a second (a network that
+# loses packets), then closes every connection (as a cut does), and goes
+# on proxying new ones. Returns its port and pid.
+sub start_proxy
+{
+	my ($to_port) = @_;
+	my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 10, ReuseAddr => 1)
+	  or die "proxy: $!";
+	my $port = $listen->sockport;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return ($port, $pid) if $pid;
+	my $cut_at = 0;
+	local $SIG{USR1} = sub { $cut_at = time() };
+	my $sel = IO::Select->new($listen);
+	my %peer;
+	my %from_client;
+	while (1)
+	{
+		for my $s ($sel->can_read(0.05))
+		{
+			if ($s == $listen)
+			{
+				my $c = $listen->accept or next;
+				my $b = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $to_port);
+				if (!$b) { close $c; next; }
+				$peer{$c} = $b;
+				$peer{$b} = $c;
+				$from_client{$c} = 1;
+				$sel->add($c, $b);
+				next;
+			}
+			my $n = sysread($s, my $buf, 65536);
+			my $o = $peer{$s};
+			if (!$n)
+			{
+				$sel->remove($s, $o);
+				close $s;
+				close $o if $o;
+				delete @peer{ $s, $o // '' };
+				next;
+			}
+			next if $cut_at && $from_client{$s};	# lost on the way
+			syswrite($o, $buf) if $o;
+		}
+		if ($cut_at && time() - $cut_at > 1)
+		{
+			for my $s ($sel->handles)
+			{
+				next if $s == $listen;
+				$sel->remove($s);
+				close $s;
+			}
+			%peer = ();
+			%from_client = ();
+			$cut_at = 0;
+		}
+	}
+	POSIX::_exit(0);
+}
+
 sub health { return sql("SELECT health FROM tide.relay_pipeline_status WHERE pipeline = '$_[0]'"); }
 
 # --- The broker down when the pipeline starts: held, class connection.
@@ -108,6 +175,31 @@ my ($got, $dups) = counts($sub2, @ids);
 note("restart: $dups duplicates");
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'rq'"), '0', 'restart: nothing dead-lettered');
 ok(defined wait_until(sub { health('rq') ne 'held' }, 20, 100_000), 'the pipeline recovered by itself');
+
+# --- The connection cut while messages are in flight: what the broker
+# never got is not counted delivered, and is sent again.
+sql("SELECT tide.outbox_create('cut')");
+my $sub5 = $mq->subscribe('cut', id => 'reader-cut');
+my ($proxy_port, $proxy_pid) = start_proxy($mq->port);
+my $c = $json->encode({ sink_type => 'mqtt', host => '127.0.0.1', port => $proxy_port, topic => 'cut',
+	batch_size => 50, max_in_flight => 20, timeout_ms => 5000, rate_limit => { per_second => 500 },
+	retry => { base_ms => 100, cap_ms => 1000 } });
+sql("SELECT tide.relay_set_outbox('xq', 'cut', 'xq', '$c')");
+@ids = publish('cut', 3000);
+ok(defined wait_until(sub { lines($sub5) >= 300 }, 30, 20_000), 'cut: delivery under way');
+kill 'USR1', $proxy_pid;
+usleep(500_000);
+my ($at_cut) = counts($sub5, @ids);
+note("connection cut with $at_cut of 3000 messages received");
+ok(defined wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'xq' AND error_class IN ('connection', 'timeout')") eq 't' }, 30, 100_000),
+	'the cut fails attempts with class connection or timeout');
+ok($mq->wait_for_ids($sub5, \@ids, 0, 60), 'after the cut every message arrived');
+($got, $dups) = counts($sub5, @ids);
+note("cut: $dups duplicates");
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'xq'"), '0', 'cut: nothing dead-lettered');
+kill 'KILL', $proxy_pid;
+waitpid($proxy_pid, 0);
 
 # --- A broker that stops answering: class timeout, retried, then delivered.
 sql("SELECT tide.outbox_create('stall')");

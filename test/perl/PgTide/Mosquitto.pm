@@ -21,8 +21,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 use Time::HiRes qw(time usleep);
 
-# new(dir => ..., conf => extra mosquitto.conf lines, users => {name => password}):
-# the broker is not started yet; its port is chosen by start.
+# new(dir => ..., conf => extra mosquitto.conf lines, users => {name => password},
+#     acl => the text of an acl_file, tls => 1): the broker is not started yet; its
+# port (and with tls, a second, TLS, port: tls_port) is chosen by start. With
+# tls, a CA and a certificate for localhost and 127.0.0.1 are made with openssl
+# (ca_file).
 sub new
 {
 	my ($class, %args) = @_;
@@ -33,13 +36,38 @@ sub new
 		croak "$bin is not installed (Debian's mosquitto and mosquitto-clients)" unless $found;
 	}
 	my $self = bless { dir => $args{dir}, conf => $args{conf} // '', users => $args{users},
-		port => undef, h => undef, subs => [], json => JSON::PP->new }, $class;
+		acl => $args{acl}, tls => $args{tls}, port => undef, tls_port => undef, h => undef,
+		subs => [], json => JSON::PP->new }, $class;
 	mkdir "$self->{dir}/mosquitto";
 	mkdir "$self->{dir}/mosquitto/data";
+	$self->_make_certificates if $self->{tls};
 	return $self;
 }
 
 sub port { return $_[0]{port} }
+sub tls_port { return $_[0]{tls_port} }
+sub ca_file { return "$_[0]{dir}/mosquitto/ca.pem" }
+
+# A CA, and the broker's key and certificate signed by it.
+sub _make_certificates
+{
+	my ($self) = @_;
+	my $d = "$self->{dir}/mosquitto";
+	my @quiet = ('>', '/dev/null', '2>', "$d/openssl.err");
+	IPC::Run::run([ 'openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+		'-subj', '/CN=pg_tide test CA', '-keyout', "$d/ca.key", '-out', "$d/ca.pem" ], @quiet)
+	  and IPC::Run::run([ 'openssl', 'req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost',
+		'-keyout', "$d/server.key", '-out', "$d/server.csr" ], @quiet)
+	  or die 'openssl failed: ' . PostgreSQL::Test::Utils::slurp_file("$d/openssl.err");
+	open(my $fh, '>', "$d/ext.cnf") or die;
+	print $fh "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+	close $fh;
+	IPC::Run::run([ 'openssl', 'x509', '-req', '-in', "$d/server.csr", '-CA', "$d/ca.pem",
+		'-CAkey', "$d/ca.key", '-CAcreateserial', '-days', '2', '-extfile', "$d/ext.cnf",
+		'-out', "$d/server.pem" ], @quiet)
+	  or die 'openssl failed: ' . PostgreSQL::Test::Utils::slurp_file("$d/openssl.err");
+	return;
+}
 
 sub _binary
 {
@@ -51,13 +79,16 @@ sub _binary
 	croak "$bin is not installed";
 }
 
-# Writes the config for $port and starts the broker; false when it did not
-# listen (the port was taken).
+# Writes the config for $port (and $tls_port) and starts the broker; false
+# when it did not listen (a port was taken).
 sub _try_start
 {
-	my ($self, $port) = @_;
+	my ($self, $port, $tls_port) = @_;
 	my $d = "$self->{dir}/mosquitto";
-	my $conf = "listener $port 127.0.0.1\npersistence true\npersistence_location $d/data/\n"
+	my $conf = "listener $port 127.0.0.1\n";
+	$conf .= "listener $tls_port 127.0.0.1\ncafile $d/ca.pem\ncertfile $d/server.pem\nkeyfile $d/server.key\n"
+	  if $self->{tls};
+	$conf .= "persistence true\npersistence_location $d/data/\n"
 	  . "max_queued_messages 0\nmax_inflight_messages 0\nlog_dest file $d/mosquitto-$port.log\n"
 	  . join('', map { "log_type $_\n" } qw(error warning notice information subscribe));
 	if ($self->{users})
@@ -78,6 +109,13 @@ sub _try_start
 	{
 		$conf .= "allow_anonymous true\n";
 	}
+	if (defined $self->{acl})
+	{
+		open(my $fh, '>', "$d/acl") or die;
+		print $fh $self->{acl};
+		close $fh;
+		$conf .= "acl_file $d/acl\n";
+	}
 	$conf .= $self->{conf};
 	open(my $fh, '>', "$d/mosquitto.conf") or die;
 	print $fh $conf;
@@ -88,7 +126,8 @@ sub _try_start
 	while (time() < $deadline)
 	{
 		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 1);
-		if ($s)
+		my $t = !$self->{tls} || IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $tls_port, Timeout => 1);
+		if ($s && $t)
 		{
 			close $s;
 			return 1;
@@ -113,7 +152,7 @@ sub start
 		# kernel still holds it)
 		for (1 .. 20)
 		{
-			return $self if $self->_try_start($self->{port});
+			return $self if $self->_try_start($self->{port}, $self->{tls_port});
 			usleep(250_000);
 		}
 		croak "mosquitto did not start again on port $self->{port}";
@@ -121,9 +160,11 @@ sub start
 	for (1 .. 5)
 	{
 		my $port = PostgreSQL::Test::Cluster::get_free_port();
-		if ($self->_try_start($port))
+		my $tls_port = $self->{tls} ? PostgreSQL::Test::Cluster::get_free_port() : undef;
+		if ($self->_try_start($port, $tls_port))
 		{
 			$self->{port} = $port;
+			$self->{tls_port} = $tls_port;
 			return $self;
 		}
 	}
