@@ -105,23 +105,10 @@ drop_pipeline() {
 		-c "SELECT tide.outbox_drop('$1', p_if_exists => true)" >/dev/null
 }
 
-# The backlog's messages, as bench/relay.sh's: tide_single.sql's payload
-# and headers, published 10,000 per transaction.
 psql_db -c "SELECT tide.outbox_create('wake')" >/dev/null
-psql_db <<SQL
-CREATE SCHEMA bench;
-CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
-	SELECT jsonb_build_object('event', 'order.created',
-		'order_id', 10000000 + i, 'customer_id', 100000 + i % 900000,
-		'amount_cents', 100 + i % 99900, 'currency', 'EUR', 'items', 3,
-		'sku', 'SKU-' || lpad(((10000000 + i) % 100000000)::text, 8, '0'),
-		'created_at', now())
-\$\$;
-CREATE FUNCTION bench.headers(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
-	SELECT jsonb_build_object('trace_id', md5((10000000 + i)::text),
-		'source', 'checkout-service', 'content_type', 'application/json')
-\$\$;
-SQL
+# The backlog's messages, as bench/relay.sh's: tide_single.sql's payload
+# and headers (bench/payload.sql), published 10,000 per transaction.
+psql_db -f "$BENCH_DIR/payload.sql" >/dev/null
 
 for round in $(seq 1 "$REPEATS"); do
 	# --- the pipeline

@@ -21,6 +21,8 @@ use PgTide::TestNode qw(tide_node wait_until);
 use PgTide::Mosquitto;
 use JSON::PP;
 
+# The server inherits it: a password given as {"env": "PG_TIDE_MQTT_PASSWORD"}.
+$ENV{PG_TIDE_MQTT_PASSWORD} = 'relay-secret';
 my $node = tide_node('mqtt', "pg_tide.relay_naptime_ms = 100\n");
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $json = JSON::PP->new->canonical;
@@ -225,8 +227,10 @@ unlike(join('', grep { !/statement: / } split /^/, PostgreSQL::Test::Utils::slur
 	qr/relay-secret|wrong/, 'no password in the relay\'s lines of the server log');
 is(sql("SELECT count(*) FROM tide.relay_attempts WHERE error ~ 'relay-secret|wrong'"), '0',
 	'no password in relay_attempts');
-set_pipeline('sq', 'secure', topic => 'secure', auth => { username => 'relay', password => 'relay-secret' });
-ok(wait_all($sub5, \@sids, 0, 60), 'with the right password every held message is delivered');
+set_pipeline('sq', 'secure', topic => 'secure',
+	auth => { username => 'relay', password => { env => 'PG_TIDE_MQTT_PASSWORD' } });
+ok(wait_all($sub5, \@sids, 0, 60),
+	'with the right password, read from the environment by the worker, every held message is delivered');
 
 # --- The client id: stable, one per pipeline.
 my $log = PostgreSQL::Test::Utils::slurp_file("$dir/mosquitto/mosquitto-$port.log");
