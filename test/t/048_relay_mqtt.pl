@@ -237,6 +237,6 @@ my $log = PostgreSQL::Test::Utils::slurp_file("$dir/mosquitto/mosquitto-$port.lo
 my %ids = map { $_ => 1 } $log =~ /New client connected from \S+ as (pg_tide-\d+-\d+-orders-mq) /g;
 is(scalar(keys %ids), 1, 'the default client id is pg_tide-<system id>-<database>-<outbox>-<group>');
 
-$mq->stop;
+$mq->shutdown;
 $node->stop;
 done_testing();

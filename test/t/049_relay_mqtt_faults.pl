@@ -232,6 +232,6 @@ ok($mq->wait_for_ids($sub4, \@ids, 0, 60), 'after the crash every message arrive
 note("crash: $dups duplicates (batch size $batch)");
 cmp_ok($dups, '<=', 3 * $batch, 'duplicates are at most the batches in flight');
 
-$mq->stop;
+$mq->shutdown;
 $node->stop;
 done_testing();

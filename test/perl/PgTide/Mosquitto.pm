@@ -204,6 +204,7 @@ sub subscribe
 		  '-c', '-x', '3600', '-i', $id, @auth, '-t', $filter, '-F', '%j' ],
 		'<', \undef, '>>', $out, '2>>', "$out.err");
 	push @{ $self->{subs} }, $h;
+	push @{ $self->{sub_pids} }, $h->{KIDS}[0]{PID};
 	# subscribed once the broker logged it
 	my $deadline = time() + 10;
 	while (time() < $deadline)
@@ -281,14 +282,32 @@ sub pid
 	return $self->{h} ? $self->{h}{KIDS}[0]{PID} : undef;
 }
 
+# Stops the subscribers and the broker (a subscriber would otherwise try to
+# reconnect for ever). Called by DESTROY too, by process id: at the end of
+# the program IPC::Run's harnesses may be gone first.
+sub shutdown
+{
+	my ($self) = @_;
+	for my $pid (@{ $self->{sub_pids} // [] })
+	{
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
+	$self->{sub_pids} = [];
+	$self->{subs} = [];
+	if ($self->{h})
+	{
+		my $pid = $self->pid;
+		eval { $self->stop };
+		kill 'KILL', $pid if $pid;
+	}
+	return;
+}
+
 sub DESTROY
 {
 	my ($self) = @_;
-	for my $h (@{ $self->{subs} })
-	{
-		eval { $h->kill_kill };
-	}
-	eval { $self->stop };
+	eval { $self->shutdown };
 }
 
 1;
