@@ -33,7 +33,7 @@
  * CONNACK in time: connection (or timeout), the pipeline is held; CONNACK
  * refusing the credentials or the client: auth, held; an MQTT 5 PUBACK
  * with reason code 0x87 (not authorized): auth, held; 0x97 (quota
- * exceeded), 0x80, 0x83, 0x91: broker, retried; 0x90 (topic name
+ * exceeded), 0x80, 0x83, 0x89, 0x91: broker, retried; 0x90 (topic name
  * invalid), 0x99 and others: refused, dead-lettered; a message larger
  * than the broker's maximum packet size: too_large, dead-lettered; a
  * topic template naming a missing header, or expanding to a topic with
