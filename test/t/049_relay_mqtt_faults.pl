@@ -1,0 +1,237 @@
+# The MQTT sink's faults, against a real Mosquitto broker read by
+# mosquitto_sub with a persistent session: a broker that is down holds the
+# pipeline (class connection) and dead-letters nothing, and the pipeline
+# delivers once it is up; the broker stopped and started again in the
+# middle of a backlog loses nothing and the pipeline recovers by itself; the
+# connection cut while messages are in flight (a proxy loses what is sent,
+# then closes) loses nothing: what the broker never got is sent again; a
+# broker that stops answering (SIGSTOP) fails the batch with class timeout,
+# retried, and delivered once it answers again; kill -9 of the postmaster
+# in the middle of a backlog loses nothing, with duplicates only from the
+# batches in flight.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::Mosquitto;
+use JSON::PP;
+use Time::HiRes qw(time usleep);
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+
+my $node = tide_node('mqtt_faults', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $json = JSON::PP->new->canonical;
+my $mq = PgTide::Mosquitto->new(dir => $dir);
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sub set_pipeline
+{
+	my ($name, $outbox, %cfg) = @_;
+	my $c = $json->encode({ sink_type => 'mqtt', host => '127.0.0.1', port => $mq->port,
+		topic => $outbox, retry => { base_ms => 100, cap_ms => 1000 }, %cfg });
+	sql("SELECT tide.relay_set_outbox('$name', '$outbox', '$name', '$c')");
+}
+
+sub publish
+{
+	my ($outbox, $n) = @_;
+	return split /\n/, sql("SELECT tide.outbox_publish('$outbox', jsonb_build_object('n', g))
+		FROM generate_series(1, $n) g");
+}
+
+# How many of @ids the subscriber got, and how many copies beyond one.
+sub counts
+{
+	my ($out, @ids) = @_;
+	my $m = $mq->by_id($out);
+	my ($got, $dups) = (0, 0);
+	for (@ids)
+	{
+		next unless $m->{$_};
+		$got++;
+		$dups += @{ $m->{$_} } - 1;
+	}
+	return ($got, $dups);
+}
+
+# The number of lines a subscriber has written, cheaply.
+sub lines
+{
+	my ($out) = @_;
+	open(my $fh, '<', $out) or return 0;
+	my $n = 0;
+	$n++ while <$fh>;
+	close $fh;
+	return $n;
+}
+
+# A TCP proxy in a child process, from a free port to the broker's: on
+# SIGUSR1 it discards what clients send for a second (a network that
+# loses packets), then closes every connection (as a cut does), and goes
+# on proxying new ones. Returns its port and pid.
+sub start_proxy
+{
+	my ($to_port) = @_;
+	my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 10, ReuseAddr => 1)
+	  or die "proxy: $!";
+	my $port = $listen->sockport;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return ($port, $pid) if $pid;
+	my $cut_at = 0;
+	local $SIG{USR1} = sub { $cut_at = time() };
+	my $sel = IO::Select->new($listen);
+	my %peer;
+	my %from_client;
+	while (1)
+	{
+		for my $s ($sel->can_read(0.05))
+		{
+			if ($s == $listen)
+			{
+				my $c = $listen->accept or next;
+				my $b = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $to_port);
+				if (!$b) { close $c; next; }
+				$peer{$c} = $b;
+				$peer{$b} = $c;
+				$from_client{$c} = 1;
+				$sel->add($c, $b);
+				next;
+			}
+			my $n = sysread($s, my $buf, 65536);
+			my $o = $peer{$s};
+			if (!$n)
+			{
+				$sel->remove($s, $o);
+				close $s;
+				close $o if $o;
+				delete @peer{ $s, $o // '' };
+				next;
+			}
+			next if $cut_at && $from_client{$s};	# lost on the way
+			syswrite($o, $buf) if $o;
+		}
+		if ($cut_at && time() - $cut_at > 1)
+		{
+			for my $s ($sel->handles)
+			{
+				next if $s == $listen;
+				$sel->remove($s);
+				close $s;
+			}
+			%peer = ();
+			%from_client = ();
+			$cut_at = 0;
+		}
+	}
+	POSIX::_exit(0);
+}
+
+sub health { return sql("SELECT health FROM tide.relay_pipeline_status WHERE pipeline = '$_[0]'"); }
+
+# --- The broker down when the pipeline starts: held, class connection.
+$mq->start;
+my $sub = $mq->subscribe('down', id => 'reader-down');
+$mq->stop;
+sql("SELECT tide.outbox_create('down')");
+set_pipeline('dq', 'down');
+my @ids = publish('down', 100);
+ok(defined wait_until(sub {
+	sql("SELECT count(*) >= 2 FROM tide.relay_attempts WHERE pipeline_id = 'dq' AND error_class = 'connection'") eq 't' }, 30, 100_000),
+	'broker down: attempts fail with class connection');
+like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'dq' AND error_class = 'connection' LIMIT 1"),
+	qr/could not connect to 127\.0\.0\.1:\d+: Connection refused/, 'the error says the connection was refused');
+is(health('dq'), 'held', 'the pipeline is held');
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'dq'"), '0', 'nothing dead-lettered');
+is(sql("SELECT count(*) FROM tide.relay_retry_queue WHERE pipeline_id = 'dq'"), '0', 'nothing queued for retry');
+$mq->start;
+ok($mq->wait_for_ids($sub, \@ids, 0, 30), 'once the broker is up, every message is delivered');
+
+# --- The broker stopped and started again in the middle of a backlog.
+sql("SELECT tide.outbox_create('restart')");
+my $sub2 = $mq->subscribe('restart', id => 'reader-restart');
+# paced, so that the stop comes in the middle of the backlog
+set_pipeline('rq', 'restart', batch_size => 50, max_in_flight => 20, rate_limit => { per_second => 500 });
+@ids = publish('restart', 4000);
+ok(defined wait_until(sub { lines($sub2) >= 300 }, 30, 20_000), 'restart: delivery under way');
+$mq->stop;
+my ($at_stop) = counts($sub2, @ids);
+note("broker stopped with $at_stop of 4000 messages received");
+cmp_ok($at_stop, '<', 4000, 'the broker stopped while messages were undelivered');
+ok(defined wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'rq' AND error_class = 'connection'") eq 't' }, 30, 100_000),
+	'while it is stopped: attempts fail with class connection');
+usleep(1_000_000);
+$mq->start;
+ok($mq->wait_for_ids($sub2, \@ids, 0, 60), 'after the restart every message arrived');
+my ($got, $dups) = counts($sub2, @ids);
+note("restart: $dups duplicates");
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'rq'"), '0', 'restart: nothing dead-lettered');
+ok(defined wait_until(sub { health('rq') ne 'held' }, 20, 100_000), 'the pipeline recovered by itself');
+
+# --- The connection cut while messages are in flight: what the broker
+# never got is not counted delivered, and is sent again.
+sql("SELECT tide.outbox_create('cut')");
+my $sub5 = $mq->subscribe('cut', id => 'reader-cut');
+my ($proxy_port, $proxy_pid) = start_proxy($mq->port);
+my $c = $json->encode({ sink_type => 'mqtt', host => '127.0.0.1', port => $proxy_port, topic => 'cut',
+	batch_size => 50, max_in_flight => 20, timeout_ms => 5000, rate_limit => { per_second => 500 },
+	retry => { base_ms => 100, cap_ms => 1000 } });
+sql("SELECT tide.relay_set_outbox('xq', 'cut', 'xq', '$c')");
+@ids = publish('cut', 3000);
+ok(defined wait_until(sub { lines($sub5) >= 300 }, 30, 20_000), 'cut: delivery under way');
+kill 'USR1', $proxy_pid;
+usleep(500_000);
+my ($at_cut) = counts($sub5, @ids);
+note("connection cut with $at_cut of 3000 messages received");
+ok(defined wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'xq' AND error_class IN ('connection', 'timeout')") eq 't' }, 30, 100_000),
+	'the cut fails attempts with class connection or timeout');
+ok($mq->wait_for_ids($sub5, \@ids, 0, 60), 'after the cut every message arrived');
+($got, $dups) = counts($sub5, @ids);
+note("cut: $dups duplicates");
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'xq'"), '0', 'cut: nothing dead-lettered');
+kill 'KILL', $proxy_pid;
+waitpid($proxy_pid, 0);
+
+# --- A broker that stops answering: class timeout, retried, then delivered.
+sql("SELECT tide.outbox_create('stall')");
+my $sub3 = $mq->subscribe('stall', id => 'reader-stall');
+set_pipeline('tq', 'stall', timeout_ms => 1000);
+kill 'STOP', $mq->pid;
+@ids = publish('stall', 30);
+my $timed_out = wait_until(sub {
+	sql("SELECT count(*) > 0 FROM tide.relay_attempts WHERE pipeline_id = 'tq' AND error_class = 'timeout'") eq 't' }, 30, 100_000);
+kill 'CONT', $mq->pid;
+ok(defined $timed_out, 'a broker that does not acknowledge: attempts fail with class timeout');
+ok($mq->wait_for_ids($sub3, \@ids, 0, 60), 'once it answers, every message arrives');
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'stall: nothing dead-lettered');
+
+# --- kill -9 of the postmaster in the middle of a backlog.
+sql("SELECT tide.outbox_create('crash')");
+my $sub4 = $mq->subscribe('crash', id => 'reader-crash');
+my $batch = 50;
+set_pipeline('cq', 'crash', batch_size => $batch, max_in_flight => 20, rate_limit => { per_second => 500 });
+@ids = publish('crash', 4000);
+ok(defined wait_until(sub { lines($sub4) >= 300 }, 30, 20_000), 'crash: delivery under way');
+$node->kill9;
+my ($at_kill) = counts($sub4, @ids);
+note("postmaster killed with $at_kill of 4000 messages received");
+cmp_ok($at_kill, '<', 4000, 'the kill came while messages were undelivered');
+my $started = wait_until(sub { $node->{_pid} = undef; $node->start(fail_ok => 1) }, 30, 500_000);
+ok(defined $started, 'the server starts again after SIGKILL of the postmaster');
+ok($mq->wait_for_ids($sub4, \@ids, 0, 60), 'after the crash every message arrived');
+($got, $dups) = counts($sub4, @ids);
+note("crash: $dups duplicates (batch size $batch)");
+cmp_ok($dups, '<=', 3 * $batch, 'duplicates are at most the batches in flight');
+
+$mq->shutdown;
+$node->stop;
+done_testing();
