@@ -64,7 +64,8 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS)
+EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) \
+	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -134,3 +135,12 @@ $(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell pkg-config --cflags $(call broker_pc,$*) 2>/dev/null)
 pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
 	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell pkg-config --libs $(call broker_pc,$*))
+
+# The Kafka sink's tests: librdkafka's mock cluster on 127.0.0.1 and a
+# consumer that prints what the topic holds (test/t/040, 041); the bench's
+# baseline producer (bench/broker_kafka.sh).
+test/brokers/kafka_mock bench/brokers/kafka_client: %: %.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --libs rdkafka)
+test/brokers/kafka_consume: test/brokers/kafka_consume.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
+installcheck: test/brokers/kafka_mock test/brokers/kafka_consume
