@@ -222,7 +222,7 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 1000, 600000, 10000));
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
 	RelayConfigAddString(out, "compression", RelayConfigChoice(config, "compression", codecs, "none"));
-	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 5));
+	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)
 		check_auth(auth, out);
 	check_tls(cJSON_GetObjectItemCaseSensitive(config, "tls"), out);
@@ -288,7 +288,7 @@ KafkaBuildConf(const cJSON *config, const char *password, char *errstr, size_t e
 	/* a message to a topic that does not exist fails as such, before it times out */
 	snprintf(num, sizeof(num), "%d", Max(KAFKA_MESSAGE_TIMEOUT(timeout_ms) / 2, 1));
 	ok = ok && set(conf, "topic.metadata.propagation.max.ms", num, errstr, errsize);
-	snprintf(num, sizeof(num), "%d", RelayConfigIntOr(config, "linger_ms", 5));
+	snprintf(num, sizeof(num), "%d", RelayConfigIntOr(config, "linger_ms", 1));
 	ok = ok && set(conf, "linger.ms", num, errstr, errsize);
 	if (ok)
 	{

@@ -4,13 +4,17 @@
  *		that reads a topic from the beginning of every partition to its
  *		end and prints each message as one JSON line: {"topic", "partition",
  *		"offset", "key" (null when none), "headers" (an array of [name,
- *		value]), "body"}. Exits once every partition is read to its end.
+ *		value]), "body"}. Exits once every partition is read to its end;
+ *		with "follow", keeps reading until no message came for timeout ms,
+ *		and each line also has "t", the time it was received (seconds since
+ *		the epoch, to the microsecond), for bench/broker_kafka.sh.
  *
- * Usage: kafka_consume <bootstrap servers> <topic> [timeout ms]
+ * Usage: kafka_consume <bootstrap servers> <topic> [timeout ms [follow]]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include <cjson/cJSON.h>
 #include <librdkafka/rdkafka.h>
@@ -41,6 +45,7 @@ main(int argc, char **argv)
 				ended = 0;
 	int			timeout_ms = argc > 3 ? atoi(argv[3]) : 10000;
 	int			waited = 0;
+	int			follow = argc > 4 && strcmp(argv[4], "follow") == 0;
 
 	if (argc < 3)
 	{
@@ -52,6 +57,9 @@ main(int argc, char **argv)
 	rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr));
 	rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr));
 	rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof(errstr));
+	/* answered as soon as there is a message: the bench measures arrival */
+	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "1", errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "1", errstr, sizeof(errstr));
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (rk == NULL)
 	{
@@ -73,8 +81,9 @@ main(int argc, char **argv)
 	rd_kafka_metadata_destroy(md);
 	rd_kafka_topic_destroy(rkt);
 	rd_kafka_assign(rk, parts);
-	while (ended < nparts && waited < timeout_ms)
+	while ((follow || ended < nparts) && waited < timeout_ms)
 	{
+		struct timeval tv;
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
 		rd_kafka_headers_t *hdrs;
 		cJSON	   *line,
@@ -86,12 +95,14 @@ main(int argc, char **argv)
 			waited += 100;
 			continue;
 		}
+		gettimeofday(&tv, NULL);
 		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
 		{
 			ended++;
 			rd_kafka_message_destroy(m);
 			continue;
 		}
+		waited = 0;
 		if (m->err)
 		{
 			fprintf(stderr, "kafka_consume: %s\n", rd_kafka_message_errstr(m));
@@ -120,6 +131,8 @@ main(int argc, char **argv)
 			}
 		}
 		cJSON_AddItemToObject(line, "body", text(m->payload, m->len));
+		if (follow)
+			cJSON_AddNumberToObject(line, "t", tv.tv_sec + tv.tv_usec / 1e6);
 		out = cJSON_PrintUnformatted(line);
 		printf("%s\n", out);
 		free(out);
@@ -129,7 +142,7 @@ main(int argc, char **argv)
 	rd_kafka_topic_partition_list_destroy(parts);
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
-	if (ended < nparts)
+	if (!follow && ended < nparts)
 	{
 		fprintf(stderr, "kafka_consume: timed out before the end of %s\n", argv[2]);
 		return 1;
