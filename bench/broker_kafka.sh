@@ -101,19 +101,8 @@ CREATE EXTENSION pg_tide;
 SELECT tide.outbox_create('wake', p_inline_threshold => 2000000000);
 SELECT tide.relay_set_outbox('wake', 'wake', 'wake',
 	'{"sink_type": "file", "path": "$TIDE_CLUSTER/wake.jsonl", "fsync": false}');
-CREATE SCHEMA bench;
-CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
-	SELECT jsonb_build_object('event', 'order.created',
-		'order_id', 10000000 + i, 'customer_id', 100000 + i % 900000,
-		'amount_cents', 100 + i % 99900, 'currency', 'EUR', 'items', 3,
-		'sku', 'SKU-' || lpad(((10000000 + i) % 100000000)::text, 8, '0'),
-		'created_at', now())
-\$\$;
-CREATE FUNCTION bench.headers(i bigint) RETURNS jsonb LANGUAGE sql AS \$\$
-	SELECT jsonb_build_object('trace_id', md5((10000000 + i)::text),
-		'source', 'checkout-service', 'content_type', 'application/json')
-\$\$;
 SQL
+psql_db -f "$BENCH_DIR/payload.sql" >/dev/null
 psql_db -A -t -c "SELECT version()"
 
 config() {
