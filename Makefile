@@ -140,7 +140,7 @@ pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
 # consumer that prints what the topic holds (test/t/040, 041); the bench's
 # baseline producer (bench/broker_kafka.sh).
 test/brokers/kafka_mock bench/brokers/kafka_client: %: %.c
-	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --libs rdkafka)
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka)
 test/brokers/kafka_consume: test/brokers/kafka_consume.c
-	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
 installcheck: test/brokers/kafka_mock test/brokers/kafka_consume

@@ -22,10 +22,11 @@
  * 3. Time: a message may spend half of timeout_ms in librdkafka
  *	  (message.timeout.ms and request.timeout.ms), and none is produced
  *	  after the first half's last tenth (the window's deadline), so every
- *	  message has its delivery report before timeout_ms has passed and the
- *	  batch ends with an answer for each. Should one still be missing at
- *	  timeout_ms, it is a retryable timeout and its late report is ignored
- *	  (each report carries its batch's serial number).
+ *	  message normally has its delivery report before timeout_ms has passed
+ *	  and the batch ends with an answer for each. librdkafka checks its
+ *	  timeouts about once a second: should a report still be missing at
+ *	  timeout_ms, the message is a retryable timeout and its late report is
+ *	  ignored (each report carries its batch's serial number).
  * 4. Outcomes (broker.h's classes): a delivery report without error is
  *	  delivered; too large is too_large and an unknown topic
  *	  unknown_destination, both permanent; brokers unreachable or
