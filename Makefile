@@ -64,7 +64,8 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS)
+EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) \
+	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -141,3 +142,12 @@ test/brokers/redis_read: test/brokers/redis_read.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs hiredis) -lcjson
 installcheck: test/brokers/redis_read
 EXTRA_CLEAN += test/brokers/redis_read
+
+# The Kafka sink's tests: librdkafka's mock cluster on 127.0.0.1 and a
+# consumer that prints what the topic holds (test/t/040, 041); the bench's
+# baseline producer (bench/broker_kafka.sh).
+test/brokers/kafka_mock bench/brokers/kafka_client: %: %.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka)
+test/brokers/kafka_consume: test/brokers/kafka_consume.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
+installcheck: test/brokers/kafka_mock test/brokers/kafka_consume
