@@ -74,7 +74,8 @@ sub wait_all
 
 my $batch = 100;
 my %common = (sink_type => 'kafka', bootstrap_servers => $bs, batch_size => $batch,
-	max_in_flight => 100, timeout_ms => 2000, retry => { base_ms => 100, cap_ms => 500, max_attempts => 50 });
+	max_in_flight => 100, timeout_ms => 2000, retry => { base_ms => 100, cap_ms => 500, max_attempts => 50 },
+	attempt_log => JSON::PP::true);
 
 # 1. kill -9 of the postmaster mid-delivery.
 sql("SELECT tide.outbox_create('crash')");
