@@ -14,7 +14,8 @@
  *								none came for IDLE_MS (or MAX came), each
  *								printed as one JSON line: exchange,
  *								routing_key, redelivered, properties,
- *								headers and body
+ *								headers, body and t, the time it was
+ *								received (seconds since 1970)
  *
  * Exits 0 on success, 1 with a message on stderr otherwise.
  */
@@ -100,7 +101,10 @@ print_message(const amqp_envelope_t *env)
 	cJSON	   *props = cJSON_AddObjectToObject(o, "properties");
 	cJSON	   *headers = cJSON_AddObjectToObject(o, "headers");
 	char	   *line;
+	struct timeval now;
 
+	gettimeofday(&now, NULL);
+	cJSON_AddNumberToObject(o, "t", now.tv_sec + now.tv_usec / 1e6);
 	cJSON_AddItemToObject(o, "exchange", bytes_json(env->exchange));
 	cJSON_AddItemToObject(o, "routing_key", bytes_json(env->routing_key));
 	cJSON_AddBoolToObject(o, "redelivered", env->redelivered);
