@@ -65,6 +65,12 @@ PG_MODULE_MAGIC;
 /* The longest that making a connection may block the loop. */
 #define RABBITMQ_CONNECT_MS 3000
 
+/*
+ * The certificates TLS verifies the broker's against without "ca_file"
+ * (Debian's ca-certificates): rabbitmq-c loads no default store itself.
+ */
+#define RABBITMQ_SYSTEM_CA	"/etc/ssl/certs/ca-certificates.crt"
+
 /* A pipeline's settings, from its config. */
 typedef struct RabbitConfig
 {
@@ -529,9 +535,12 @@ connect_broker(RabbitState *st, const char **cls, char *error, size_t size)
 	}
 	if (cfg->tls)
 	{
+		const char *ca = cfg->ca_file ? cfg->ca_file : (cfg->verify ? RABBITMQ_SYSTEM_CA : NULL);
+
 		amqp_ssl_socket_set_verify_peer(sock, cfg->verify);
 		amqp_ssl_socket_set_verify_hostname(sock, cfg->verify);
-		if ((cfg->ca_file && (rc = amqp_ssl_socket_set_cacert(sock, cfg->ca_file)) != AMQP_STATUS_OK) ||
+		rc = AMQP_STATUS_OK;
+		if ((ca && (rc = amqp_ssl_socket_set_cacert(sock, ca)) != AMQP_STATUS_OK) ||
 			(cfg->cert_file && (rc = amqp_ssl_socket_set_key(sock, cfg->cert_file, cfg->key_file)) != AMQP_STATUS_OK))
 		{
 			snprintf(error, size, "connection: could not read the TLS files of \"tls\": %s",

@@ -19,6 +19,9 @@
 #    broker), and they arrive once it has room;
 #  - a broker that is not there (connection) or refuses the login (auth)
 #    holds the pipeline and dead-letters nothing; fixed, everything arrives;
+#  - over TLS (the broker's certificate verified against ca_file)
+#    everything arrives; a certificate that does not verify is a
+#    connection failure;
 #  - the broker's application stopped and started mid-stream: the failure
 #    is a connection failure or a timeout, everything arrives and the
 #    pipeline recovers by itself;
@@ -52,7 +55,20 @@ my $node = tide_node('rabbitmq', "pg_tide.relay_naptime_ms = 100\n");
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 # ---------------------------------------------------------------- the broker
-my ($amqp_port, $epmd_port, $nodename, %rmq_env, $rmq_pid);
+my ($amqp_port, $tls_port, $epmd_port, $nodename, %rmq_env, $rmq_pid);
+
+# A CA and the broker's certificate for localhost; another CA that did not sign it.
+my $tls = "$dir/tls";
+mkdir $tls;
+PostgreSQL::Test::Utils::append_to_file("$tls/san.cnf", "subjectAltName=DNS:localhost\n");
+for my $cmd (
+	"req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/ca.key -out $tls/ca.pem -days 2 -subj /CN=tide-test-ca",
+	"req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/other.key -out $tls/other.pem -days 2 -subj /CN=other-ca",
+	"req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/server.key -out $tls/server.csr -subj /CN=localhost",
+	"x509 -req -in $tls/server.csr -CA $tls/ca.pem -CAkey $tls/ca.key -CAcreateserial -out $tls/server.pem -days 2 -extfile $tls/san.cnf")
+{
+	system("openssl $cmd >>$tls/openssl.log 2>&1") == 0 or BAIL_OUT("openssl $cmd failed");
+}
 
 sub port_free
 {
@@ -94,15 +110,19 @@ sub start_rabbitmq
 	for my $try (1 .. 5)
 	{
 		my $p = 20000 + int(rand(20000));
-		next unless port_free($p) && port_free($p + 1) && port_free($p + 20000);
+		next unless port_free($p) && port_free($p + 1) && port_free($p + 2) && port_free($p + 20000);
 		my $base = "$dir/rabbitmq$try";
 		mkdir $base;
 		mkdir "$base/$_" for qw(home mnesia log);
 		$amqp_port = $p;
 		$epmd_port = $p + 1;
+		$tls_port = $p + 2;
 		$nodename = "tide_test_$$\_$try\@localhost";
 		PostgreSQL::Test::Utils::append_to_file("$base/rabbitmq.conf",
-			"listeners.tcp.1 = 127.0.0.1:$p\nmax_message_size = 65536\nloopback_users = none\n");
+			"listeners.tcp.1 = 127.0.0.1:$p\nmax_message_size = 65536\nloopback_users = none\n"
+			  . "listeners.ssl.1 = 127.0.0.1:$tls_port\nssl_options.cacertfile = $tls/ca.pem\n"
+			  . "ssl_options.certfile = $tls/server.pem\nssl_options.keyfile = $tls/server.key\n"
+			  . "ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n");
 		PostgreSQL::Test::Utils::append_to_file("$base/advanced.config",
 			"[{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n");
 		PostgreSQL::Test::Utils::append_to_file("$base/enabled_plugins", "[].\n");
@@ -367,6 +387,23 @@ like(status('down', 'health'), qr/held|failing/, 'the pipeline is held');
 set_pipeline('down', 'down', routing_key => 'q_down');
 set_pipeline('badpw', 'badpw', routing_key => 'q_badpw');
 is(wait_all('q_down', 20) + wait_all('q_badpw', 20), 40, 'fixed, both pipelines deliver everything');
+
+# ------------------------------------------------------------------- TLS
+amqp('queue', 'q_tls');
+sql("SELECT tide.outbox_create('tls')");
+sql(q{SELECT tide.outbox_publish('tls', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
+set_pipeline('tls', 'tls', host => 'localhost', port => $tls_port, routing_key => 'q_tls',
+	tls => { ca_file => "$tls/ca.pem" });
+is(wait_all('q_tls', 20), 20, 'over TLS, the broker\'s certificate verified against ca_file, everything arrives');
+sql("SELECT tide.outbox_create('tls_bad')");
+sql(q{SELECT tide.outbox_publish('tls_bad', jsonb_build_object('n', g)) FROM generate_series(1, 5) g});
+set_pipeline('tls_bad', 'tls_bad', host => 'localhost', port => $tls_port, routing_key => 'q_tls',
+	tls => { ca_file => "$tls/other.pem" });
+ok(defined wait_until(sub { status('tls_bad', 'last_error_class') eq 'connection' }, 30)
+	  && status('tls_bad', 'dead_letters') == 0,
+	'a certificate that does not verify: class connection, nothing dead-lettered')
+  or diag(status('tls_bad', 'last_error'));
+sql("SELECT tide.relay_delete('tls_bad')");
 
 # ------------------------------------------- the broker stopped mid-stream
 amqp('queue', 'q_stream');
