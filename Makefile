@@ -100,7 +100,7 @@ test/sql_names: test/sql_names.c
 installcheck: test/receiver test/sql_names
 
 # The RabbitMQ client of test/t/046_relay_rabbitmq.pl (rabbitmq-c).
-test/brokers/rabbitmq_read: test/brokers/rabbitmq_read.c
+test/brokers/rabbitmq_read: test/brokers/rabbitmq_read.c test/brokers/rabbitmq_amqp.h
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs librabbitmq) -lcjson
 installcheck: test/brokers/rabbitmq_read
 

@@ -16,19 +16,7 @@
 #include <sys/time.h>
 #include <time.h>
 
-#if defined(__has_include)
-#if __has_include(<rabbitmq-c/amqp.h>)
-#define RABBITMQ_C_DIR 1
-#endif
-#endif
-#ifdef RABBITMQ_C_DIR
-#include <rabbitmq-c/amqp.h>
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp.h>
-#include <amqp_framing.h>
-#include <amqp_tcp_socket.h>
-#endif
+#include "../../test/brokers/rabbitmq_amqp.h"
 
 static double
 now(void)
