@@ -8,7 +8,8 @@
  *	  credentials it refers to. The connection is made by the first batch
  *	  and kept across batches: TCP or TLS, login to the vhost, one channel
  *	  in confirm mode (confirm.select). rabbitmq-c is synchronous, so
- *	  making it blocks the loop briefly (at most 3 s, or timeout_ms).
+ *	  making it blocks the loop briefly (each step at most 3 s, or
+ *	  timeout_ms).
  * 2. `start` and `progress` publish what the send window (broker.h)
  *	  allows: persistent (delivery_mode 2), mandatory, with message_id =
  *	  the message's identity, type = its "type" header, content_type
@@ -899,9 +900,11 @@ rabbitmq_cancel(void *state, RelaySinkBatch *batch)
 	RabbitState *st = state;
 	RabbitBatch *rb = batch->sink_private;
 
+	st->rb = NULL;
 	if (rb != NULL && rb->low < rb->nsent)
 		disconnect(st);
-	st->rb = NULL;
+	else
+		watch_socket(st, false);
 }
 
 static void
@@ -950,7 +953,8 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	}
 	else
 		cfg->verify = true;
-	opened->longest_batch_seconds = (cfg->timeout_ms + 2 * RABBITMQ_CONNECT_MS + 999) / 1000;
+	/* connecting takes four steps, each bounded by RABBITMQ_CONNECT_MS */
+	opened->longest_batch_seconds = (cfg->timeout_ms + 4 * RABBITMQ_CONNECT_MS + 999) / 1000;
 	if (auth != NULL)
 	{
 		const cJSON *user = RelayConfigMember(auth, "username");
