@@ -99,17 +99,20 @@ start_rabbitmq() {
 	chown -R postgres: "$RMQ"
 	setsid runuser -u postgres -- env $(rmq_env) /usr/lib/rabbitmq/bin/rabbitmq-server >"$RMQ/server.out" 2>&1 &
 	RMQ_PID=$!
-	ctl await_startup
+	# await_startup needs the node to be there already
+	for _ in $(seq 1 120); do
+		ctl await_startup && break
+		sleep 0.5
+	done
 	ctl add_vhost bench
 	ctl add_user bench "$PASSWORD"
 	ctl set_permissions -p bench bench '.*' '.*' '.*'
 }
 
+tide_start_cluster
 log "building the clients"
 cc -O2 -o "$CLIENT" "$BENCH_DIR/brokers/rabbitmq_client.c" $(pkg-config --cflags --libs librabbitmq)
 cc -O2 -o "$READER" "$ROOT/test/brokers/rabbitmq_read.c" $(pkg-config --cflags --libs librabbitmq) -lcjson
-
-tide_start_cluster
 "$PG_BIN/createdb" "$DB"
 psql_db -c "CREATE EXTENSION pg_tide" >/dev/null
 start_rabbitmq
