@@ -15,7 +15,8 @@
 # publishes one message per transaction at RATE/s for DURATION s from one
 # client; a consumer (test/brokers/rabbitmq_read) logs each message's time
 # of receipt; the k-th transaction of pgbench's log published the k-th
-# message by id.
+# message by id. Beside it, the broker's own latency: rabbitmq-c alone
+# publishing at RATE/s, from each publish to its receipt.
 #
 # Run as root; pg_tide (with pg_tide_rabbitmq.so) must be built and
 # installed. It starts its own cluster in /tmp/pg_tide_bench_rabbitmq on port
@@ -233,19 +234,44 @@ SQL
 	amqp delete "q_$name" >/dev/null
 }
 
+# client_latency_round <round>: rabbitmq-c alone publishing at RATE/s, the
+# same consumer; prints p50 p99 (ms) from publish to receipt.
+client_latency_round() {
+	local name=clat_$1
+	amqp queue "q_$name" >/dev/null
+	amqp read "q_$name" $(((DURATION + 5) * 1000)) >"$TIDE_CLUSTER/consumer_$name.jsonl" &
+	CONSUMER_PID=$!
+	sleep 0.5
+	"$CLIENT" 127.0.0.1 "$AMQP_PORT" bench "$PASSWORD" bench "" "q_$name" $((RATE * DURATION)) "$MAX_IN_FLIGHT" "$BODY_BYTES" "$RATE" >/dev/null
+	wait "$CONSUMER_PID"
+	CONSUMER_PID=
+	chmod a+r "$TIDE_CLUSTER/consumer_$name.jsonl"
+	psql_db -A -t -F ' ' <<SQL
+CREATE TEMP TABLE rcv (line text);
+COPY rcv FROM '$TIDE_CLUSTER/consumer_$name.jsonl' WITH (FORMAT csv, QUOTE e'\x01', DELIMITER e'\x02');
+SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 3),
+	   round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 3)
+  FROM (SELECT ((line::jsonb->>'t')::float8 - ((line::jsonb->>'body')::jsonb->>'sent')::float8) * 1000 AS ms FROM rcv) r;
+SQL
+	amqp delete "q_$name" >/dev/null
+}
+
 log "$REPEATS rounds: a backlog of $N messages ($BODY_BYTES-byte bodies), $MAX_IN_FLIGHT in flight, batch_size $BATCH_SIZE; latency at $RATE/s for ${DURATION}s"
 for round in $(seq 1 "$REPEATS"); do
 	pipe=$(pipeline_round "$round")
 	client=$(client_round "$round")
 	ratio=$(awk "BEGIN { printf \"%.2f\", $pipe / $client }")
 	read -r p50 p95 p99 max got xacts < <(latency_round "$round")
-	printf '  round %s: pipeline %s msg/s, rabbitmq-c alone %s msg/s, ratio %s; latency at %s/s: p50 %s p95 %s p99 %s max %s ms (%s of %s paired)\n' \
-		"$round" "$pipe" "$client" "$ratio" "$RATE" "$p50" "$p95" "$p99" "$max" "$got" "$xacts"
+	read -r c50 c99 < <(client_latency_round "$round")
+	printf '  round %s: pipeline %s msg/s, rabbitmq-c alone %s msg/s, ratio %s; latency at %s/s: p50 %s p95 %s p99 %s max %s ms (%s of %s paired); rabbitmq-c alone p50 %s p99 %s ms\n' \
+		"$round" "$pipe" "$client" "$ratio" "$RATE" "$p50" "$p95" "$p99" "$max" "$got" "$xacts" "$c50" "$c99"
 	[ "$got" = "$xacts" ] || { echo "broker_rabbitmq.sh: $((xacts - got)) messages of the latency run missing" >&2; exit 1; }
 	bench_record backlog "pipeline msg/s" "$round" "$pipe"
 	bench_record backlog "client msg/s" "$round" "$client"
 	bench_record backlog ratio "$round" "$ratio"
 	bench_record "latency_$RATE" p50 "$round" "$p50"
 	bench_record "latency_$RATE" p99 "$round" "$p99"
+	bench_record "latency_$RATE" "client p50" "$round" "$c50"
+	bench_record "latency_$RATE" "client p99" "$round" "$c99"
 done
 bench_summary

@@ -7,7 +7,12 @@
  *		reading confirms as they come. Prints the seconds from the first
  *		publish to the last confirm.
  *
- *	rabbitmq_client HOST PORT USER PASSWORD VHOST EXCHANGE ROUTING_KEY N MAX_IN_FLIGHT BODY_BYTES
+ *	rabbitmq_client HOST PORT USER PASSWORD VHOST EXCHANGE ROUTING_KEY N MAX_IN_FLIGHT BODY_BYTES [RATE]
+ *
+ * With RATE, the messages go at RATE a second, each body holding "sent",
+ * the time it was published (seconds since 1970): a consumer's receipt
+ * time minus it is the broker's own latency, for the sink's to be compared
+ * with.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +20,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../test/brokers/rabbitmq_amqp.h"
 
@@ -49,15 +55,18 @@ main(int argc, char **argv)
 				confirmed = 0;
 	char	   *body;
 	double		start;
+	double		rate = 0;
 
-	if (argc != 11)
+	if (argc != 11 && argc != 12)
 	{
-		fprintf(stderr, "usage: %s HOST PORT USER PASSWORD VHOST EXCHANGE ROUTING_KEY N MAX_IN_FLIGHT BODY_BYTES\n", argv[0]);
+		fprintf(stderr, "usage: %s HOST PORT USER PASSWORD VHOST EXCHANGE ROUTING_KEY N MAX_IN_FLIGHT BODY_BYTES [RATE]\n", argv[0]);
 		return 1;
 	}
 	n = atol(argv[8]);
 	max_in_flight = atol(argv[9]);
 	body_bytes = atol(argv[10]);
+	if (argc == 12)
+		rate = atof(argv[11]);
 	conn = amqp_new_connection();
 	sock = amqp_tcp_socket_new(conn);
 	if (amqp_socket_open(sock, argv[1], atoi(argv[2])) != AMQP_STATUS_OK)
@@ -86,8 +95,20 @@ main(int argc, char **argv)
 
 			snprintf(id, sizeof(id), "outbox_bench:%ld", sent + 1);
 			snprintf(created, sizeof(created), "2026-01-01T00:00:00.000000+00:00");
-			len = snprintf(body, body_bytes + 64, "{\"n\": %ld, \"pad\": \"%*s\"}", sent + 1,
-						   (int) (body_bytes > 30 ? body_bytes - 30 : 1), "x");
+			if (rate > 0)
+			{
+				struct timeval tv;
+
+				/* paced: the next message is due at start + sent / rate */
+				while (now() < start + sent / rate)
+					usleep(200);
+				gettimeofday(&tv, NULL);
+				len = snprintf(body, body_bytes + 64, "{\"n\": %ld, \"sent\": %.6f}", sent + 1,
+							   tv.tv_sec + tv.tv_usec / 1e6);
+			}
+			else
+				len = snprintf(body, body_bytes + 64, "{\"n\": %ld, \"pad\": \"%*s\"}", sent + 1,
+							   (int) (body_bytes > 30 ? body_bytes - 30 : 1), "x");
 			h[0].key = amqp_cstring_bytes("tide-id");
 			h[1].key = amqp_cstring_bytes("tide-outbox");
 			h[2].key = amqp_cstring_bytes("tide-created-at");
