@@ -65,7 +65,8 @@ PROVE_TESTS = test/t/*.pl
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
 EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) \
-	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client
+	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client \
+	test/brokers/rabbitmq_read
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -98,6 +99,11 @@ test/sql_names: test/sql_names.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< -lpg_query -lcjson
 
 installcheck: test/receiver test/sql_names
+
+# The RabbitMQ client of test/t/046_relay_rabbitmq.pl (rabbitmq-c).
+test/brokers/rabbitmq_read: test/brokers/rabbitmq_read.c test/brokers/rabbitmq_amqp.h
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs librabbitmq) -lcjson
+installcheck: test/brokers/rabbitmq_read
 
 # PGXS tracks no header dependencies: every object is rebuilt when one of
 # the project's headers changes (a changed struct must not leave stale objects).
