@@ -58,3 +58,8 @@ DROP FUNCTION tide.relay_workers();
 -- "ordering": "key" (relay/ordering.c): each queued message's ordering key.
 ALTER TABLE tide.relay_retry_queue ADD COLUMN ordering_key text;
 CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, ordering_key, message_id);
+
+-- tide.poll_outbox gains p_commit_upto (acknowledge the last batch and
+-- lease the next in one call): a new signature, so the function is
+-- re-created.
+DROP FUNCTION tide.poll_outbox(text, text, integer, integer);
