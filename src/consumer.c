@@ -460,8 +460,8 @@ poll_expired_lease(Poll *poll)
 /*
  * Step 3: new messages above leased_upto, up to the safe horizon, under the
  * group row's lock: polls that move the cursor run one at a time. The
- * horizon is computed once the lock is held, so that it is never older
- * than the cursor it is compared with.
+ * horizon is computed once the lock is held, so that a poll that waited
+ * for it also takes what became safe to read meanwhile.
  */
 static void
 poll_new_messages(Poll *poll, const char *group)
