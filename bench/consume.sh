@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Consumer throughput: messages per second taken and acknowledged in
-# batches of 100 by pgbench clients, through tide.poll_outbox() +
-# tide.commit_offset() (one consumer group), against a plain SKIP LOCKED
+# batches of 100 by pgbench clients of one consumer group, through
+# tide.poll_outbox(..., p_commit_upto) (one call and one transaction per
+# batch: side tide_one_call) and through tide.poll_outbox() then
+# tide.commit_offset() (two: side tide), against a plain SKIP LOCKED
 # queue in SQL (select ... for update skip locked, delete) and against
 # PgQ (next_batch, get_batch_events, finish_batch; Debian's
 # postgresql-15-pgq3). See bench/README.md.
@@ -11,10 +13,14 @@
 # clients drain exactly N in transactions of 100; the rate is N / pgbench's
 # time, and the script checks that every message was taken. PgQ runs with
 # one client only: a PgQ consumer takes its batches one after another.
+# A one-call consumer acknowledges a batch in its next call, so each of its
+# clients runs one transaction more (timed); the last batch of each client,
+# at most one per client, is acknowledged after the timed run.
 #
 # Run as root. pg_tide must already be built and installed; PgQ is
 # installed from Debian when missing. Throwaway cluster in
-# /tmp/pg_tide_bench_consume on port 5494 (KEEP_CLUSTER=1 leaves it).
+# /tmp/pg_tide_bench_consume on port 5494 (KEEP_CLUSTER=1 leaves it;
+# BENCH_CLUSTER and BENCH_PORT choose others).
 #
 # Settings from the environment:
 #   N         messages per run (default 100000)
@@ -24,8 +30,8 @@
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TIDE_CLUSTER=/tmp/pg_tide_bench_consume
-export TIDE_PORT=5494
+export TIDE_CLUSTER=${BENCH_CLUSTER:-/tmp/pg_tide_bench_consume}
+export TIDE_PORT=${BENCH_PORT:-5494}
 BENCH_NAME=consume.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
@@ -70,7 +76,7 @@ SQL
 # 100 per transaction, each followed by a tick).
 fill() {
 	case $1 in
-	tide) psql_db -c "SELECT tide.drop_consumer_group('bench', true)" \
+	tide | tide_one_call) psql_db -c "SELECT tide.drop_consumer_group('bench', true)" \
 		-c "TRUNCATE tide.tide_outbox_messages" \
 		-c "SELECT tide.create_consumer_group('bench', 'bench')" >/dev/null
 		psql_db >/dev/null <<SQL
@@ -121,7 +127,7 @@ SQL
 # left <side>: messages not yet taken.
 left() {
 	case $1 in
-	tide) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages
+	tide | tide_one_call) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages
 		WHERE id > (SELECT coalesce(max(committed_offset), 0) FROM tide.tide_consumer_offsets WHERE group_name = 'bench')" ;;
 	skip_locked) psql_db -A -t -c "SELECT count(*) FROM bench.queue" ;;
 	pgq) psql_db -A -t -c "SELECT pending_events FROM pgq.get_consumer_info('bench', 'c')" ;;
@@ -134,14 +140,21 @@ run() {
 	out=$TIDE_CLUSTER/pgbench_${side}_${clients}_${round}.log
 	fill "$side"
 	# Transactions of 100: N / 100 in all, shared among the clients; for
-	# PgQ one per tick.
+	# PgQ one per tick; one more per client for the one-call consumer,
+	# whose last call acknowledges its last batch.
 	xacts=$(( (N / 100 + clients - 1) / clients ))
+	[ "$side" = tide_one_call ] && xacts=$(( xacts + 1 ))
 	[ "$side" = pgq ] && xacts=$(psql_db -A -t -c "SELECT q.last_tick_id - c.last_tick
 		FROM pgq.get_queue_info('bench') q, pgq.get_consumer_info('bench', 'c') c")
-	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -t "$xacts" \
+	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -t "$xacts" -D last=0 \
 		-f "$BENCH_DIR/${side}_consume.sql" "$DB" >"$out" 2>&1 ||
 		{ cat "$out"; tide_show_server_log; exit 1; }
+	# Time is taken over all N: N messages taken, every one acknowledged
+	# but at most one batch per client (its consumer's next call would).
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")
+	[ "$side" = tide_one_call ] && tps=$(awk "BEGIN { print $tps * ($N / 100) / ($xacts * $clients) }") &&
+		psql_db -c "SELECT tide.commit_offset(group_name, consumer_id, lease_end)
+			FROM tide.tide_consumer_leases WHERE group_name = 'bench'" >/dev/null
 	rest=$(left "$side")
 	if [ "$rest" != 0 ]; then
 		echo "consume.sh: $side with $clients clients left $rest of $N messages" >&2
@@ -154,7 +167,7 @@ run() {
 log "$REPEATS rounds of $N messages per run; $CLIENT_COUNTS clients"
 for round in $(seq 1 "$REPEATS"); do
 	for clients in $CLIENT_COUNTS; do
-		for side in skip_locked tide pgq; do
+		for side in skip_locked tide_one_call tide pgq; do
 			[ "$side" = pgq ] && [ "$clients" -ne 1 ] && continue
 			run "$side" "$clients" "$round"
 		done

@@ -135,10 +135,12 @@ publish_rows() {
 		"$(ratio publish.sh publish_1x8 tide publish_1x8 pgq)"
 	target_row "publish, 1 message per transaction, 8 clients: a granted tide_publisher / superuser" ">=" 0.95 "%.3f" \
 		"$(ratio publish.sh publish_1x8 tide_granted publish_1x8 tide)"
-	target_row "consumer path, 1 client: pg_tide / SKIP LOCKED queue" ">=" 1 "%.3f" \
-		"$(ratio consume.sh consume_x1 tide consume_x1 skip_locked)"
-	target_row "consumer path, 4 clients: pg_tide / SKIP LOCKED queue" ">=" 1 "%.3f" \
-		"$(ratio consume.sh consume_x4 tide consume_x4 skip_locked)"
+	target_row "consumer path, 1 client: pg_tide one call / SKIP LOCKED queue" ">=" 1 "%.3f" \
+		"$(ratio consume.sh consume_x1 tide_one_call consume_x1 skip_locked)"
+	target_row "consumer path, 4 clients: pg_tide one call / SKIP LOCKED queue" ">=" 1 "%.3f" \
+		"$(ratio consume.sh consume_x4 tide_one_call consume_x4 skip_locked)"
+	target_row "consumer path, 1 client: pg_tide one call / PgQ batch" ">=" 1 "%.3f" \
+		"$(ratio consume.sh consume_x1 tide_one_call consume_x1 pgq)"
 	target_row "relay mode single / receiver's wrk rate (16 connections)" ">=" 0.6 "%.3f" \
 		"$(ratio relay.sh relay single receiver_wrk c16)"
 	target_row "relay mode single / libcurl alone (16 in flight, no database work)" ">=" 0.6 "%.3f" \
@@ -207,22 +209,28 @@ publish_rows() {
 	echo
 	echo "## Consuming"
 	echo
-	echo "Messages per second taken and acknowledged in batches of 100 (pg_tide: \`poll_outbox\` then"
-	echo "\`commit_offset\`, two transactions; SKIP LOCKED: one \`DELETE ... RETURNING\` of rows locked with"
+	echo "Messages per second taken and acknowledged in batches of 100 by the clients of one group"
+	echo "(pg_tide, one call: \`poll_outbox(..., p_commit_upto)\` acknowledges the last batch and leases"
+	echo "the next, one transaction per batch; pg_tide, two calls: \`poll_outbox\` then \`commit_offset\`,"
+	echo "two transactions; SKIP LOCKED: one \`DELETE ... RETURNING\` of rows locked with"
 	echo "\`FOR UPDATE SKIP LOCKED\`; PgQ: \`next_batch\`, \`get_batch_events\`, \`finish_batch\`, one client"
 	echo "only, as a PgQ consumer takes its batches one after another)."
 	echo
-	echo "| clients | SKIP LOCKED msg/s | pg_tide msg/s | PgQ msg/s | pg_tide / SKIP LOCKED |"
-	echo "|---:|---:|---:|---:|---:|"
+	echo "| clients | SKIP LOCKED msg/s | pg_tide one call msg/s | pg_tide two calls msg/s | PgQ msg/s | one call / SKIP LOCKED | two calls / SKIP LOCKED | one call / PgQ |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 	: >"$PLOTS/consume.dat"
 	for c in 1 4; do
-		printf '| %s | %s | %s | %s | %s |\n' "$c" \
+		printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$c" \
 			"$(cell %.0f $(stat consume.sh "consume_x$c" skip_locked))" \
+			"$(cell %.0f $(stat consume.sh "consume_x$c" tide_one_call))" \
 			"$(cell %.0f $(stat consume.sh "consume_x$c" tide))" \
 			"$(cell %.0f $(stat consume.sh "consume_x$c" pgq))" \
-			"$(cell %.3f $(ratio consume.sh "consume_x$c" tide "consume_x$c" skip_locked))"
-		printf '"%s clients" %s %s %s\n' "$c" \
+			"$(cell %.3f $(ratio consume.sh "consume_x$c" tide_one_call "consume_x$c" skip_locked))" \
+			"$(cell %.3f $(ratio consume.sh "consume_x$c" tide "consume_x$c" skip_locked))" \
+			"$(cell %.3f $(ratio consume.sh "consume_x$c" tide_one_call "consume_x$c" pgq))"
+		printf '"%s clients" %s %s %s %s\n' "$c" \
 			"$(stat consume.sh "consume_x$c" skip_locked | cut -d' ' -f1-3)" \
+			"$(stat consume.sh "consume_x$c" tide_one_call | cut -d' ' -f1-3)" \
 			"$(stat consume.sh "consume_x$c" tide | cut -d' ' -f1-3)" \
 			"$(stat consume.sh "consume_x$c" pgq | cut -d' ' -f1-3)" >>"$PLOTS/consume.dat"
 	done
@@ -334,7 +342,7 @@ publish_rows() {
 
 histogram "$PLOTS/publish.png" "Publish throughput" "messages/s (log scale)" log "$PLOTS/publish.dat" "plain INSERT" "pg_tide" "pg_tide, granted role" "PgQ"
 histogram "$PLOTS/consume.png" "Consumer throughput (batches of 100)" "messages/s" linear "$PLOTS/consume.dat" \
-	"SKIP LOCKED" "pg_tide" "PgQ"
+	"SKIP LOCKED" "pg_tide, one call" "pg_tide, two calls" "PgQ"
 histogram "$PLOTS/relay.png" "Relay throughput beside the receiver capacity" "messages/s" linear "$PLOTS/relay.dat" "median"
 histogram "$PLOTS/catchup.png" "Catch-up rate, mode batch" "messages/s" linear "$PLOTS/catchup.dat" "median"
 histogram "$PLOTS/latency.png" "Latency from commit to receipt" "ms" linear "$PLOTS/latency.dat" "p50" "p95" "p99"

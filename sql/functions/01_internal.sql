@@ -159,12 +159,11 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._outbox_config(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._outbox_config(text) TO tide_admin;
 
--- Locks a consumer group's row and returns it, or raises 42704. Every
--- function that reads or changes a group's leases takes this one lock, of
--- one strength, first: polls, commits and lease changes of a group run one
--- at a time, and a transaction that commits and then polls never has to
--- upgrade its lock (two such transactions would deadlock). FOR NO KEY
--- UPDATE leaves the key share locks of foreign key checks alone.
+-- Locks a consumer group's row and returns it, or raises 42704. A poll that
+-- hands out new messages (src/consumer.c), a rewind and relay_set_outbox
+-- take it, always with one strength and after the consumer's own rows (see
+-- tide._lock_consumer): they run one at a time. FOR NO KEY UPDATE leaves
+-- the key share locks of foreign key checks alone.
 CREATE OR REPLACE FUNCTION tide._lock_group(p_group text)
 RETURNS tide.tide_consumer_groups
 LANGUAGE plpgsql
@@ -215,3 +214,34 @@ $$
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._check_consumer(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._check_consumer(text) TO tide_admin, tide_consumer, tide_reader;
+
+-- Locks a consumer's offset row and returns its committed offset: NULL when
+-- the consumer is not known in the group, 42704 when the group does not
+-- exist. Commits, lease changes and polls of a consumer take their locks in
+-- one order: this row, then lease rows, then (a poll that hands out new
+-- messages, a rewind) the group row. So they never deadlock, and only
+-- polls that move the group's dispatch cursor wait for each other.
+CREATE OR REPLACE FUNCTION tide._lock_consumer(p_group text, p_consumer text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	committed bigint;
+BEGIN
+	PERFORM tide._check_name('consumer group', p_group);
+	PERFORM tide._check_consumer(p_consumer);
+	SELECT o.committed_offset INTO committed
+	  FROM tide.tide_consumer_offsets o
+	 WHERE o.group_name = p_group AND o.consumer_id = p_consumer
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p_group) THEN
+		RAISE EXCEPTION 'consumer group "%" does not exist', p_group
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create it with tide.create_consumer_group().';
+	END IF;
+	RETURN committed;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._lock_consumer(text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._lock_consumer(text,text) TO tide_admin;

@@ -90,15 +90,16 @@ GRANT EXECUTE ON FUNCTION tide.drop_consumer_group(text,boolean) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.poll_outbox(p_group text, p_consumer text,
 								 p_batch_size int DEFAULT 100,
-								 p_visibility_seconds int DEFAULT 30)
+								 p_visibility_seconds int DEFAULT 30,
+								 p_commit_upto bigint DEFAULT NULL)
 RETURNS TABLE (id bigint, payload jsonb, headers jsonb, created_at timestamptz)
 AS 'MODULE_PATHNAME', 'tide_poll_outbox'
 LANGUAGE C VOLATILE ROWS 100
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION tide.poll_outbox(text, text, int, int)
-	IS 'leases the next batch of committed messages to a consumer of a group';
-REVOKE ALL ON FUNCTION tide.poll_outbox(text,text,integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.poll_outbox(text,text,integer,integer) TO tide_admin, tide_consumer;
+COMMENT ON FUNCTION tide.poll_outbox(text, text, int, int, bigint)
+	IS 'leases the next batch of committed messages to a consumer of a group, after acknowledging its last batch up to p_commit_upto';
+REVOKE ALL ON FUNCTION tide.poll_outbox(text,text,integer,integer,bigint) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.poll_outbox(text,text,integer,integer,bigint) TO tide_admin, tide_consumer;
 
 CREATE OR REPLACE FUNCTION tide.wait_for_messages(p_group text, p_timeout_ms int DEFAULT 10000)
 RETURNS boolean
@@ -132,28 +133,27 @@ DECLARE
 	has_lease boolean;
 	committed bigint;
 BEGIN
-	-- The group lock orders this with polls, which hand expired leases to
-	-- other consumers.
-	PERFORM tide._lock_group(p_group);
-	PERFORM tide._check_consumer(p_consumer);
+	-- No group lock: a commit changes only the consumer's own rows. Its
+	-- offset row orders it with the consumer's other calls, and its lease
+	-- row with a poll of another consumer taking the lease over, which
+	-- locks that row too (tide._lock_consumer).
+	committed := tide._lock_consumer(p_group, p_consumer);
 	IF p_last_offset IS NULL THEN
 		RAISE EXCEPTION 'offset must not be null'
 			USING ERRCODE = 'null_value_not_allowed',
 				  HINT = 'Pass the id of the last message you processed.';
 	END IF;
-
-	SELECT o.committed_offset INTO committed
-	  FROM tide.tide_consumer_offsets o
-	 WHERE o.group_name = p_group AND o.consumer_id = p_consumer
-	   FOR UPDATE;
-	IF NOT FOUND THEN
+	IF committed IS NULL THEN
 		RAISE EXCEPTION 'consumer "%" is not known in group "%"', p_consumer, p_group
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'A consumer joins its group with its first tide.poll_outbox().';
 	END IF;
 
+	-- After a takeover that waited for this lock, this reads what the
+	-- other poll left: no row, or the part of the lease it did not take.
 	SELECT * INTO lease FROM tide.tide_consumer_leases l
-	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer;
+	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer
+	   FOR UPDATE;
 	has_lease := FOUND;
 
 	-- Committing the offset this consumer committed last is a harmless retry.
@@ -206,7 +206,8 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._commit_offset(text,text,bigint) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._commit_offset(text,text,bigint) TO tide_admin;
 
--- Fetches a consumer's lease for update, or raises 55000.
+-- Fetches a consumer's lease for update, or raises 55000. Like a commit,
+-- it locks only the consumer's offset row, then its lease row.
 CREATE OR REPLACE FUNCTION tide._own_lease(p_group text, p_consumer text)
 RETURNS tide.tide_consumer_leases
 LANGUAGE plpgsql
@@ -214,8 +215,7 @@ AS $$
 DECLARE
 	lease tide.tide_consumer_leases;
 BEGIN
-	PERFORM tide._lock_group(p_group);
-	PERFORM tide._check_consumer(p_consumer);
+	PERFORM tide._lock_consumer(p_group, p_consumer);
 	SELECT * INTO lease FROM tide.tide_consumer_leases l
 	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer
 	   FOR UPDATE;
@@ -349,8 +349,7 @@ AS $$
 DECLARE
 	horizon bigint;
 BEGIN
-	PERFORM tide._lock_group(p_group);
-	PERFORM tide._check_consumer(p_consumer);
+	PERFORM tide._lock_consumer(p_group, p_consumer);
 	IF p_target_offset IS NULL THEN
 		RAISE EXCEPTION 'target offset must not be null'
 			USING ERRCODE = 'null_value_not_allowed',
@@ -376,6 +375,12 @@ BEGIN
 				  DETAIL = 'Messages after the target are delivered again; messages up to it are skipped.',
 				  HINT = 'Call it again with p_confirm => true.';
 	END IF;
+	-- Locks in the order every consumer call takes them (tide._lock_consumer):
+	-- the named consumer's offset row (above), the group's lease rows, then
+	-- the group row, which orders this with polls that hand out new messages.
+	PERFORM 1 FROM tide.tide_consumer_leases l
+	 WHERE l.group_name = p_group ORDER BY l.consumer_id FOR UPDATE;
+	PERFORM tide._lock_group(p_group);
 	-- Every outstanding lease is void: the group reads on from the target.
 	DELETE FROM tide.tide_consumer_leases WHERE group_name = p_group;
 	UPDATE tide.tide_consumer_groups SET leased_upto = p_target_offset

@@ -64,3 +64,8 @@ CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, order
 -- instead of a text comparison in the database's collation.
 DROP INDEX tide.relay_attempts_message;
 CREATE INDEX relay_attempts_message ON tide.relay_attempts (message_id);
+
+-- tide.poll_outbox gains p_commit_upto (acknowledge the last batch and
+-- lease the next in one call): a new signature, so the function is
+-- re-created.
+DROP FUNCTION tide.poll_outbox(text, text, integer, integer);

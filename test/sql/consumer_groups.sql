@@ -210,3 +210,57 @@ SELECT tide.wait_for_messages('quiet_g', 0) AS quiet_has_something;
 SELECT pg_temp.buffers_of($$SELECT tide.wait_for_messages('quiet_g', 0)$$) < 40 AS quiet_look_is_cheap;
 SELECT pg_temp.buffers_of($$SELECT * FROM tide.poll_outbox('quiet_g', 'q1', 10)$$) < 40 AS quiet_poll_is_cheap;
 SELECT tide.outbox_drop('quiet'), tide.outbox_drop('busy');
+
+-- Commit and poll in one call (p_commit_upto): the batch is acknowledged and
+-- the next one leased in the same transaction. Retrying a call whose answer
+-- was lost acknowledges nothing more and returns the same batch again (the
+-- consumer's own lease); a refused commit part leases nothing. Messages are
+-- shown by payload, offsets relative to the first id.
+SELECT tide.outbox_create('cp1');
+SELECT tide.create_consumer_group('cp1_g', 'cp1');
+CREATE TEMP TABLE cp1_ids AS
+	SELECT tide.outbox_publish('cp1', jsonb_build_object('m', m)) AS id
+	  FROM unnest(ARRAY['a', 'b', 'c', 'd', 'e']) m;
+CREATE FUNCTION pg_temp.cp1_rel(o bigint) RETURNS bigint LANGUAGE sql
+	RETURN o - (SELECT min(id) - 1 FROM cp1_ids);
+CREATE FUNCTION pg_temp.cp1_state() RETURNS TABLE (committed bigint, lease_start bigint, lease_end bigint)
+LANGUAGE sql AS $$
+	SELECT pg_temp.cp1_rel(o.committed_offset), pg_temp.cp1_rel(l.lease_start), pg_temp.cp1_rel(l.lease_end)
+	  FROM tide.tide_consumer_offsets o
+	  LEFT JOIN tide.tide_consumer_leases l USING (group_name, consumer_id)
+	 WHERE o.group_name = 'cp1_g' AND o.consumer_id = 'k1'
+$$;
+-- A consumer's first call: nothing to acknowledge yet (0 is its initial offset).
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k1', 2, p_commit_upto => 0);
+-- Acknowledges a and b, takes c and d.
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k1', 2,
+	p_commit_upto => (SELECT min(id) + 1 FROM cp1_ids));
+SELECT * FROM pg_temp.cp1_state();
+-- The same call again (its answer was lost): c and d again, b stays acknowledged.
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k1', 2,
+	p_commit_upto => (SELECT min(id) + 1 FROM cp1_ids));
+SELECT * FROM pg_temp.cp1_state();
+-- A partial commit (c): d stays leased and comes back.
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k1', 2,
+	p_commit_upto => (SELECT min(id) + 2 FROM cp1_ids));
+SELECT * FROM pg_temp.cp1_state();
+-- Refused commit parts change nothing and lease nothing (ids in the
+-- messages shown as N).
+SELECT regexp_replace(pg_temp.try($$SELECT * FROM tide.poll_outbox('cp1_g', 'k1', 2, p_commit_upto => (SELECT max(id) + 1 FROM cp1_ids))$$),
+					  '(offset|at) [0-9]+', '\1 N', 'g') AS refused;
+SELECT regexp_replace(pg_temp.try($$SELECT * FROM tide.poll_outbox('cp1_g', 'k1', 2, p_commit_upto => (SELECT min(id) FROM cp1_ids))$$),
+					  '(offset|at) [0-9]+', '\1 N', 'g') AS refused;
+SELECT * FROM pg_temp.cp1_state();
+-- After its lease was released and taken over by k2, k1's call is refused
+-- with 55000, and k2's range is untouched.
+SELECT tide.release_lease('cp1_g', 'k1');
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k2', 2);
+SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('cp1_g', 'k1', 2, p_commit_upto => (SELECT min(id) + 3 FROM cp1_ids))$$);
+SELECT * FROM pg_temp.cp1_state();
+SELECT consumer_id, pg_temp.cp1_rel(lease_start) AS lease_start, pg_temp.cp1_rel(lease_end) AS lease_end
+  FROM tide.tide_consumer_leases WHERE group_name = 'cp1_g' ORDER BY consumer_id;
+-- k2 acknowledges d and takes e in one call; a missing group is reported.
+SELECT payload->>'m' AS m FROM tide.poll_outbox('cp1_g', 'k2', 2,
+	p_commit_upto => (SELECT min(id) + 3 FROM cp1_ids));
+SELECT pg_temp.try($$SELECT * FROM tide.poll_outbox('cp1_nope', 'k1', 2, p_commit_upto => 1)$$);
+SELECT tide.outbox_drop('cp1');

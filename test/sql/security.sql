@@ -201,7 +201,7 @@ SELECT consumer_id, committed_offset > 0 AS committed FROM tide.tide_consumer_of
 -- a grant to a role is inherited by its members, not by NOINHERIT members;
 -- a membership granted later counts at once
 CREATE ROLE regress_sec_cmember IN ROLE tide_consumer, regress_sec_team;
-GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int) TO regress_sec_noinherit;
+GRANT EXECUTE ON FUNCTION tide.poll_outbox(text, text, int, int, bigint) TO regress_sec_noinherit;
 SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_team');
 SET ROLE regress_sec_cmember;
 SELECT pg_temp.try($$SELECT count(*) FROM tide.poll_outbox('sec_more_group', 'm1', 10)$$);
@@ -402,7 +402,7 @@ SELECT tide.outbox_drop('sec_more');
 SELECT tide.outbox_drop('sec_evil');
 SELECT count(*) AS consume_grants_left FROM tide.outbox_consume_grants;
 REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb) FROM regress_sec_noinherit;
-REVOKE ALL ON FUNCTION tide.poll_outbox(text, text, int, int) FROM regress_sec_noinherit;
+REVOKE ALL ON FUNCTION tide.poll_outbox(text, text, int, int, bigint) FROM regress_sec_noinherit;
 REVOKE ALL ON SCHEMA tide FROM regress_sec_noinherit;
 DROP ROLE regress_sec_app, regress_sec_member, regress_sec_noinherit, regress_sec_team,
 	regress_sec_consumer, regress_sec_cmember, regress_sec_reader, regress_sec_nobody, regress_sec_admin;
