@@ -23,6 +23,24 @@
 -- group created during a sweep, starts at the oldest message still kept.
 -- A group with no position yet ('none') holds every message.
 --
+-- Whole child tables. Publishes go to the children of the message table
+-- (tide.tide_outbox_partitions, one range of ids each), which
+-- tide._outbox_partitions_maintain() creates ahead of the ids handed out. A
+-- child is dropped whole, never emptied row by row, once it is closed
+-- (every id of it handed out, by a transaction that has ended: last_id at
+-- or below the safe horizon) and, for every outbox with messages in it,
+-- every one of those messages is at or below that outbox's bound (every
+-- participant has passed it, as above) and it was closed before the outbox's retention
+-- cutoff (its messages were all published before it closed, so all are
+-- older than the cutoff). Only a sweep of every outbox and both retentions
+-- being met drops it: other outboxes' messages share it. The drop takes
+-- ACCESS EXCLUSIVE on the child alone, without waiting (NOWAIT): a reader
+-- still scanning it (a poll, a replay) keeps it for the next sweep, and no
+-- queue of lock requests forms behind the drop. Publishers never touch a
+-- closed child, and the parent table is not locked. Rows in the parent
+-- itself (0.1.0's messages, and those published while no child held their
+-- id) are deleted row by row as follows.
+--
 -- The deletion takes ROW EXCLUSIVE on the message table, as publishers do:
 -- publishers never wait for it. outbox_drop's SHARE ROW EXCLUSIVE waits for
 -- a running sweep, as for a publisher. Rows are deleted in id order,
@@ -125,6 +143,7 @@ DECLARE
 	total_batches int := 0;
 	any_more boolean := false;
 	items jsonb := '[]';
+	dropped jsonb;
 BEGIN
 	IF p_outbox_name IS NOT NULL THEN
 		PERFORM tide._outbox_config(p_outbox_name);
@@ -156,7 +175,7 @@ BEGIN
 		-- Every id up to r.bound belongs to a transaction that has ended
 		-- (bound <= safe horizon), so this snapshot sees the whole set, and
 		-- nothing joins it later.
-		SELECT count(*) INTO eligible FROM tide.tide_outbox_messages m
+		SELECT count(*) INTO eligible FROM ONLY tide.tide_outbox_messages m
 		 WHERE m.outbox_name = cfg.outbox_name AND m.id <= r.bound AND m.created_at < r.cutoff;
 		deleted := 0;
 		batches := 0;
@@ -169,13 +188,13 @@ BEGIN
 					EXIT;
 				END IF;
 				WITH b AS (
-					SELECT m.id FROM tide.tide_outbox_messages m
+					SELECT m.id FROM ONLY tide.tide_outbox_messages m
 					 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
 					   AND m.created_at < r.cutoff
 					 ORDER BY m.id LIMIT p_batch_size
 					   FOR UPDATE SKIP LOCKED),
 				d AS (
-					DELETE FROM tide.tide_outbox_messages m USING b WHERE m.id = b.id
+					DELETE FROM ONLY tide.tide_outbox_messages m USING b WHERE m.id = b.id
 					RETURNING m.id)
 				SELECT count(*), max(d.id) INTO n, last_id FROM d;
 				batches := batches + 1;
@@ -198,8 +217,9 @@ BEGIN
 					'more', more,
 					'blocker', r.blocker);
 	END LOOP;
+	dropped := tide._outbox_partitions_retire(p_outbox_name, p_older_than, p_dry_run);
 	RETURN jsonb_build_object('outboxes', items, 'deleted', total, 'batches', total_batches,
-							  'more', any_more, 'dry_run', p_dry_run);
+							  'more', any_more, 'dry_run', p_dry_run, 'partitions', dropped);
 END
 $$
 SET search_path = pg_catalog, pg_temp;
@@ -207,3 +227,147 @@ COMMENT ON FUNCTION tide.outbox_sweep(text, int, boolean, interval)
 	IS 'deletes messages older than retention_hours (or p_older_than) that every consumer group has passed, in batches; names what holds retention back';
 REVOKE ALL ON FUNCTION tide.outbox_sweep(text,integer,boolean,interval) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_sweep(text,integer,boolean,interval) TO tide_admin;
+
+-- Creates the child tables of tide_outbox_messages ahead of the ids handed
+-- out: children of pg_tide.partition_size ids each, until the last one
+-- ends at least two children's worth above the sequence. Another
+-- maintainer running holds EXCLUSIVE on tide_outbox_partitions (publishers
+-- only read it); this one then returns 0 rather than wait. Creating a child
+-- takes SHARE UPDATE EXCLUSIVE on the parent, which publishers (ROW
+-- EXCLUSIVE) and readers (ACCESS SHARE) never wait for. A publish whose id
+-- no child holds yet goes into the parent table, so a database whose relay
+-- worker does not run still accepts every publish. Returns the number of
+-- children created.
+CREATE OR REPLACE FUNCTION tide._outbox_partitions_maintain()
+RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	width bigint := current_setting('pg_tide.partition_size')::bigint;
+	handed_out bigint;
+	top bigint;
+	first_id bigint;
+	child text;
+	made int := 0;
+BEGIN
+	BEGIN
+		LOCK TABLE tide.tide_outbox_partitions IN EXCLUSIVE MODE NOWAIT;
+	EXCEPTION WHEN lock_not_available THEN
+		RETURN 0;
+	END;
+	handed_out := coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'), 0);
+	SELECT max(p.last_id) INTO top FROM tide.tide_outbox_partitions p;
+	WHILE coalesce(top, 0) < handed_out + 2 * width LOOP
+		-- The next child follows the last one, or starts above the ids
+		-- handed out when the children fell behind (those ids are in the
+		-- parent).
+		first_id := greatest(coalesce(top, 0), handed_out) + 1;
+		child := 'tide_outbox_messages_' || first_id;
+		EXECUTE format('CREATE TABLE tide.%I (CONSTRAINT %I CHECK (id >= %s AND id <= %s))'
+					   ' INHERITS (tide.tide_outbox_messages)',
+					   child, child || '_range', first_id, first_id + width - 1);
+		EXECUTE format('ALTER TABLE tide.%I ADD CONSTRAINT %I PRIMARY KEY (id)', child, child || '_pkey');
+		EXECUTE format('CREATE INDEX %I ON tide.%I (outbox_name, id) WHERE consumed_at IS NULL',
+					   child || '_pending', child);
+		PERFORM tide._outbox_partition_adopt(format('tide.%I', child)::regclass);
+		INSERT INTO tide.tide_outbox_partitions (first_id, last_id, table_name)
+		VALUES (first_id, first_id + width - 1, child);
+		top := first_id + width - 1;
+		made := made + 1;
+	END LOOP;
+	RETURN made;
+END
+$$
+SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER;
+REVOKE ALL ON FUNCTION tide._outbox_partitions_maintain() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._outbox_partitions_maintain() TO tide_admin;
+
+-- The C side of a new child table (src/partitions.c): makes it depend on
+-- the extension, so that DROP EXTENSION drops it with its parent; it is not
+-- a member, so pg_dump keeps its definition and its rows.
+CREATE OR REPLACE FUNCTION tide._outbox_partition_adopt(p_child regclass)
+RETURNS void
+LANGUAGE c STRICT
+AS 'MODULE_PATHNAME', 'tide_outbox_partition_adopt'
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._outbox_partition_adopt(regclass) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+
+-- Drops the child tables that retention has passed (see the top of this
+-- file), as their owner, oldest first, and stops at the first that is not: later ones
+-- hold later ids. p_outbox and p_older_than are outbox_sweep's: the outbox
+-- swept with p_older_than instead of its retention_hours (all when
+-- p_outbox is NULL). With p_dry_run it only names them. Returns
+-- {"dropped": [names], "blocked": {table, reason, ...} or null}.
+CREATE OR REPLACE FUNCTION tide._outbox_partitions_retire(p_outbox text, p_older_than interval,
+														  p_dry_run boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	part tide.tide_outbox_partitions;
+	cfg tide.tide_outbox_config;
+	r record;
+	horizon bigint := tide._safe_horizon();
+	present boolean;
+	held boolean;
+	blocked jsonb;
+	dropped jsonb := '[]';
+BEGIN
+	FOR part IN SELECT * FROM tide.tide_outbox_partitions p ORDER BY p.first_id LOOP
+		IF part.last_id > horizon THEN
+			blocked := jsonb_build_object('table', part.table_name, 'reason', 'open',
+										  'safe_horizon', horizon);
+			EXIT;
+		END IF;
+		IF part.closed_at IS NULL THEN
+			-- Its messages were published before now; the age test counts
+			-- from here.
+			IF NOT p_dry_run THEN
+				UPDATE tide.tide_outbox_partitions p SET closed_at = now()
+				 WHERE p.first_id = part.first_id;
+			END IF;
+			part.closed_at := now();
+		END IF;
+		FOR cfg IN SELECT * FROM tide.tide_outbox_config c ORDER BY c.outbox_name LOOP
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM tide.%I m'
+						   ' WHERE m.outbox_name = $1 AND m.consumed_at IS NULL)', part.table_name)
+			   INTO present USING cfg.outbox_name;
+			CONTINUE WHEN NOT present;
+			r := tide._outbox_retention(cfg.outbox_name,
+				CASE WHEN p_older_than IS NOT NULL AND (p_outbox IS NULL OR p_outbox = cfg.outbox_name)
+					 THEN p_older_than ELSE make_interval(hours => cfg.retention_hours) END);
+			EXECUTE format('SELECT EXISTS (SELECT 1 FROM tide.%I m'
+						   ' WHERE m.outbox_name = $1 AND m.consumed_at IS NULL AND m.id > $2)', part.table_name)
+			   INTO held USING cfg.outbox_name, r.bound;
+			IF held THEN
+				blocked := jsonb_build_object('table', part.table_name, 'reason', 'participant',
+											  'outbox', cfg.outbox_name, 'bound', r.bound,
+											  'blocker', r.blocker);
+			ELSIF part.closed_at >= r.cutoff THEN
+				blocked := jsonb_build_object('table', part.table_name, 'reason', 'age',
+											  'outbox', cfg.outbox_name, 'closed_at', part.closed_at);
+			END IF;
+			EXIT WHEN blocked IS NOT NULL;
+		END LOOP;
+		EXIT WHEN blocked IS NOT NULL;
+		IF NOT p_dry_run THEN
+			BEGIN
+				EXECUTE format('LOCK TABLE tide.%I IN ACCESS EXCLUSIVE MODE NOWAIT', part.table_name);
+			EXCEPTION WHEN lock_not_available THEN
+				-- A reader still scans it: the next sweep drops it.
+				blocked := jsonb_build_object('table', part.table_name, 'reason', 'in_use');
+				EXIT;
+			END;
+			EXECUTE format('DROP TABLE tide.%I', part.table_name);
+			DELETE FROM tide.tide_outbox_partitions p WHERE p.first_id = part.first_id;
+		END IF;
+		dropped := dropped || to_jsonb(part.table_name);
+	END LOOP;
+	RETURN jsonb_build_object('dropped', dropped, 'blocked', blocked);
+END
+$$
+SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER;
+REVOKE ALL ON FUNCTION tide._outbox_partitions_retire(text,interval,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._outbox_partitions_retire(text,interval,boolean) TO tide_admin;
