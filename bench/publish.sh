@@ -26,8 +26,8 @@
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TIDE_CLUSTER=/tmp/pg_tide_bench
-export TIDE_PORT=5498
+export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench}
+export TIDE_PORT=${TIDE_PORT:-5498}
 BENCH_NAME=publish.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"

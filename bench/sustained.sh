@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# Sustained load: publishing and consuming at a steady rate for DURATION
+# Sustained load: publishing and consuming at a steady rate for SUSTAINED_DURATION
 # with a short retention, to see whether the message table stays small and
 # the rates hold. pg_tide first, then PgQ (Debian's postgresql-15-pgq3) for
-# PGQ_DURATION under the same load, in the same cluster, for the WAL each
+# SUSTAINED_PGQ_DURATION under the same load, in the same cluster, for the WAL each
 # message costs. See bench/README.md.
 #
-# pg_tide: pgbench publishers call tide.outbox_publish() at RATE messages
+# pg_tide: pgbench publishers call tide.outbox_publish() at SUSTAINED_RATE messages
 # per second in all (one per transaction, the payload and headers of
-# bench/tide_single.sql); consumers of one group poll and commit batches of
-# up to 100 (bench/sustained_tide_consume.sql). A maintenance loop plays the
+# bench/tide_single.sql); consumers of one group poll and commit batches
+# (bench/sustained_tide_consume.sql), waiting SUSTAINED_CONSUME_EVERY_MS whenever they
+# have caught up, as PgQ's consumer waits for the next tick. A maintenance loop plays the
 # relay worker (which is off here, so that nothing else runs): every
-# SWEEP_EVERY seconds tide._outbox_partitions_maintain() and
-# tide.outbox_sweep(p_older_than => RETENTION), with child tables of
-# PARTITION_SIZE ids. PgQ: pgq.insert_event() at the same rate, one
+# SUSTAINED_SWEEP_EVERY seconds tide._outbox_partitions_maintain() and
+# tide.outbox_sweep(p_older_than => SUSTAINED_RETENTION), with child tables of
+# SUSTAINED_PARTITION_SIZE ids. PgQ: pgq.insert_event() at the same rate, one
 # consumer (next_batch, get_batch_events, finish_batch), and a loop that
 # ticks every second and rotates the event tables (rotation_period =
-# RETENTION) as pgqd would.
+# SUSTAINED_RETENTION) as pgqd would.
 #
-# Every SAMPLE_EVERY seconds it records the bytes of the message tables with
+# Every SUSTAINED_SAMPLE_EVERY seconds it records the bytes of the message tables with
 # their indexes and TOAST, their dead tuples and the WAL position. At the end
-# it reports: the bytes at the end against the bytes one RETENTION after the
+# it reports: the bytes at the end against the bytes one SUSTAINED_RETENTION after the
 # start (the first retention period); the publish rate of the last 5
 # minutes against the first 5 (from pgbench's progress lines); and WAL bytes
 # per message published, pg_tide's against PgQ's.
@@ -28,38 +29,45 @@
 # /tmp/pg_tide_bench_sustained on port 5493 (KEEP_CLUSTER=1 leaves it).
 #
 # Settings from the environment:
-#   DURATION        seconds of pg_tide load (default 1200: 20 minutes)
-#   PGQ_DURATION    seconds of PgQ load (default 300; 0 skips PgQ)
-#   RATE            messages per second published (default 1000)
-#   PUBLISHERS      publishing pgbench clients (default 4)
-#   CONSUMERS       consuming pgbench clients (default 2)
-#   RETENTION       retention, in seconds (default 240)
-#   PARTITION_SIZE  ids per child table (default 20000)
-#   SWEEP_EVERY     seconds between sweeps (default 10)
-#   SAMPLE_EVERY    seconds between samples (default 30)
+#   SUSTAINED_DURATION        seconds of pg_tide load (default 1200: 20 minutes)
+#   SUSTAINED_PGQ_DURATION    seconds of PgQ load (default 300; 0 skips PgQ)
+#   SUSTAINED_RATE            messages per second published (default 300)
+#   SUSTAINED_PUBLISHERS      publishing pgbench clients (default 4)
+#   SUSTAINED_CONSUMERS       consuming pgbench clients of pg_tide (default 2; PgQ's
+#                   consumer takes its batches one after another: 1)
+#   SUSTAINED_RETENTION       retention, in seconds (default 240)
+#   SUSTAINED_PARTITION_SIZE  ids per child table (default 10000)
+#   SUSTAINED_SWEEP_EVERY     seconds between sweeps (default 5)
+#   SUSTAINED_SAMPLE_EVERY    seconds between samples (default 30)
+#   SUSTAINED_CONSUME_EVERY_MS  how long a consumer waits when it has caught up
+#                   (default 1000: PgQ's ticker ticks every second here, and
+#                   its consumer sees new events once per tick)
+#   SUSTAINED_CONSUME_BATCH   most messages a pg_tide poll takes (default 5000)
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TIDE_CLUSTER=/tmp/pg_tide_bench_sustained
-export TIDE_PORT=5493
+export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_sustained}
+export TIDE_PORT=${TIDE_PORT:-5493}
 BENCH_NAME=sustained.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-DURATION=${DURATION:-1200}
-PGQ_DURATION=${PGQ_DURATION:-300}
-RATE=${RATE:-1000}
-PUBLISHERS=${PUBLISHERS:-4}
-CONSUMERS=${CONSUMERS:-2}
-RETENTION=${RETENTION:-240}
-PARTITION_SIZE=${PARTITION_SIZE:-20000}
-SWEEP_EVERY=${SWEEP_EVERY:-10}
-SAMPLE_EVERY=${SAMPLE_EVERY:-30}
+SUSTAINED_DURATION=${SUSTAINED_DURATION:-1200}
+SUSTAINED_PGQ_DURATION=${SUSTAINED_PGQ_DURATION:-300}
+SUSTAINED_RATE=${SUSTAINED_RATE:-300}
+SUSTAINED_PUBLISHERS=${SUSTAINED_PUBLISHERS:-4}
+SUSTAINED_CONSUMERS=${SUSTAINED_CONSUMERS:-2}
+SUSTAINED_RETENTION=${SUSTAINED_RETENTION:-240}
+SUSTAINED_PARTITION_SIZE=${SUSTAINED_PARTITION_SIZE:-10000}
+SUSTAINED_SWEEP_EVERY=${SUSTAINED_SWEEP_EVERY:-5}
+SUSTAINED_SAMPLE_EVERY=${SUSTAINED_SAMPLE_EVERY:-30}
+SUSTAINED_CONSUME_EVERY_MS=${SUSTAINED_CONSUME_EVERY_MS:-1000}
+SUSTAINED_CONSUME_BATCH=${SUSTAINED_CONSUME_BATCH:-5000}
 export PGOPTIONS="-c client_min_messages=warning"
 
 bench_need_packages postgresql-15-pgq3
 TIDE_EXTRA_CONF="$TIDE_EXTRA_CONF
-pg_tide.partition_size = $PARTITION_SIZE
+pg_tide.partition_size = $SUSTAINED_PARTITION_SIZE
 autovacuum_naptime = 10s"
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
@@ -70,7 +78,7 @@ SELECT tide.outbox_create('bench', p_inline_threshold => 2000000000);
 SELECT tide.create_consumer_group('bench', 'bench');
 SELECT tide._outbox_partitions_maintain();
 SELECT pgq.create_queue('bench');
-SELECT pgq.set_queue_config('bench', 'rotation_period', '$RETENTION seconds');
+SELECT pgq.set_queue_config('bench', 'rotation_period', '$SUSTAINED_RETENTION seconds');
 SELECT pgq.register_consumer('bench', 'c');
 SQL
 
@@ -103,9 +111,9 @@ maintain() {
 		tide)
 			if [ $SECONDS -ge $next_sweep ]; then
 				psql_db -A -t -c "SELECT tide._outbox_partitions_maintain()" \
-					-c "SELECT tide.outbox_sweep(p_older_than => '$RETENTION seconds')" \
+					-c "SELECT tide.outbox_sweep(p_older_than => '$SUSTAINED_RETENTION seconds')" \
 					>>"$TIDE_CLUSTER/sweeps.log"
-				next_sweep=$((SECONDS + SWEEP_EVERY))
+				next_sweep=$((SECONDS + SUSTAINED_SWEEP_EVERY))
 			fi
 			;;
 		pgq)
@@ -113,7 +121,7 @@ maintain() {
 			if [ $SECONDS -ge $next_sweep ]; then
 				psql_db -A -t -c "SELECT pgq.maint_rotate_tables_step1('bench')" \
 					-c "SELECT pgq.maint_rotate_tables_step2()" >/dev/null
-				next_sweep=$((SECONDS + SWEEP_EVERY))
+				next_sweep=$((SECONDS + SUSTAINED_SWEEP_EVERY))
 			fi
 			;;
 		esac
@@ -123,23 +131,27 @@ maintain() {
 
 # load <side> <seconds>: publishers and consumers for that long, sampling.
 load() {
-	local side=$1 seconds=$2 start=$SECONDS wal0 wal1 published0 published1 pub_pid con_pid mnt_pid
+	local side=$1 seconds=$2 start=$SECONDS wal0 wal1 published0 published1 pub_pid con_pid mnt_pid consumers
 	psql_db -c "CHECKPOINT" >/dev/null
 	wal0=$(psql_db -A -t -c "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
 	published0=$(psql_db -A -t -c "SELECT coalesce(pg_sequence_last_value(
 		$([ "$side" = tide ] && echo "'tide.tide_outbox_messages_id_seq'" ||
 			echo "(SELECT queue_event_seq FROM pgq.queue WHERE queue_name = 'bench')::regclass")), 0)")
-	"$PGBENCH" -n -M prepared -c "$PUBLISHERS" -j 2 -T "$seconds" -R "$RATE" -P 10 \
+	"$PGBENCH" -n -M prepared -c "$SUSTAINED_PUBLISHERS" -j 2 -T "$seconds" -R "$SUSTAINED_RATE" -P 10 \
 		-f "$BENCH_DIR/${side}_single.sql" "$DB" >"$TIDE_CLUSTER/${side}_publish.log" 2>&1 &
 	pub_pid=$!
-	"$PGBENCH" -n -M prepared -c "$CONSUMERS" -j "$(( CONSUMERS < 2 ? CONSUMERS : 2 ))" -T "$seconds" \
+	# A PgQ consumer takes its batches one after another: one client.
+	consumers=$SUSTAINED_CONSUMERS
+	[ "$side" = pgq ] && consumers=1
+	"$PGBENCH" -n -M prepared -c "$consumers" -j "$(( consumers < 2 ? consumers : 2 ))" -T "$seconds" \
+		-D batch="$SUSTAINED_CONSUME_BATCH" -D wait="$SUSTAINED_CONSUME_EVERY_MS" \
 		-f "$BENCH_DIR/sustained_${side}_consume.sql" "$DB" >"$TIDE_CLUSTER/${side}_consume.log" 2>&1 &
 	con_pid=$!
 	maintain "$side" "$seconds" &
 	mnt_pid=$!
 	while [ $((SECONDS - start)) -lt "$seconds" ]; do
 		sample "$side" $((SECONDS - start))
-		sleep "$SAMPLE_EVERY"
+		sleep "$SUSTAINED_SAMPLE_EVERY"
 	done
 	wait "$pub_pid" || { cat "$TIDE_CLUSTER/${side}_publish.log"; tide_show_server_log; exit 1; }
 	wait "$con_pid" || { cat "$TIDE_CLUSTER/${side}_consume.log"; tide_show_server_log; exit 1; }
@@ -159,7 +171,7 @@ report() {
 	# pgbench's progress lines: "progress: 10.0 s, 999.8 tps, lat ..."
 	first=$(awk '/^progress:/ && $2 <= 300 { s += $4; c++ } END { if (c) print s / c }' "$TIDE_CLUSTER/${side}_publish.log")
 	last=$(awk -v d="$seconds" '/^progress:/ && $2 > d - 300 { s += $4; c++ } END { if (c) print s / c }' "$TIDE_CLUSTER/${side}_publish.log")
-	bytes_first=$(awk -F'\t' -v s="$side" -v r="$RETENTION" '$1 == s && $2 >= r { print $3; exit }' "$SAMPLES")
+	bytes_first=$(awk -F'\t' -v s="$side" -v r="$SUSTAINED_RETENTION" '$1 == s && $2 >= r { print $3; exit }' "$SAMPLES")
 	bytes_end=$(awk -F'\t' -v s="$side" '$1 == s { b = $3 } END { print b }' "$SAMPLES")
 	dead_max=$(awk -F'\t' -v s="$side" '$1 == s && $4 > m { m = $4 } END { print m + 0 }' "$SAMPLES")
 	bench_record "sustained_publish_first5" "$side" 1 "$first"
@@ -171,15 +183,15 @@ report() {
 	printf '  %-5s %5d s, %d messages: publish %.0f/s first 5 min, %.0f/s last 5 min (%.3f);' \
 		"$side" "$seconds" "$n" "$first" "$last" "$(awk "BEGIN { print $last / $first }")"
 	printf ' table %s B after %d s, %s B at the end (%.2f); dead tuples at most %s; WAL %.0f B/msg\n' \
-		"${bytes_first:-?}" "$RETENTION" "$bytes_end" \
-		"$(awk "BEGIN { print ${bytes_first:-0} > 0 ? $bytes_end / ${bytes_first:-1} : 0 }")" "$dead_max" "$wal"
+		"${bytes_first:-?}" "$SUSTAINED_RETENTION" "$bytes_end" \
+		"$(awk "BEGIN { print (${bytes_first:-0} > 0 ? $bytes_end / ${bytes_first:-1} : 0) }")" "$dead_max" "$wal"
 }
 
-log "pg_tide: $DURATION s at $RATE msg/s, $PUBLISHERS publishers, $CONSUMERS consumers, retention $RETENTION s, children of $PARTITION_SIZE ids"
-load tide "$DURATION"
-if [ "$PGQ_DURATION" -gt 0 ]; then
-	log "PgQ: $PGQ_DURATION s at $RATE msg/s, rotation every $RETENTION s"
-	load pgq "$PGQ_DURATION"
+log "pg_tide: $SUSTAINED_DURATION s at $SUSTAINED_RATE msg/s, $SUSTAINED_PUBLISHERS publishers, $SUSTAINED_CONSUMERS consumers, retention $SUSTAINED_RETENTION s, children of $SUSTAINED_PARTITION_SIZE ids"
+load tide "$SUSTAINED_DURATION"
+if [ "$SUSTAINED_PGQ_DURATION" -gt 0 ]; then
+	log "PgQ: $SUSTAINED_PGQ_DURATION s at $SUSTAINED_RATE msg/s, rotation every $SUSTAINED_RETENTION s"
+	load pgq "$SUSTAINED_PGQ_DURATION"
 fi
 log "samples: $SAMPLES (side, second, bytes, dead tuples, tables, WAL position)"
 cat "$SAMPLES"

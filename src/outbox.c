@@ -263,8 +263,12 @@ insert_plan(PublishTarget *target, bool batch, bool locking)
 
 	if (target->plans[which] != NULL)
 		return target->plans[which];
-	sql = psprintf(batch ? INSERT_BATCH_SQL "%s" : INSERT_ONE_SQL "%s",
-				   target->table, locking ? " FOR KEY SHARE OF c" : "");
+	if (batch)
+		sql = psprintf(locking ? INSERT_BATCH_SQL " FOR KEY SHARE OF c" : INSERT_BATCH_SQL,
+					   target->table);
+	else
+		sql = psprintf(locking ? INSERT_ONE_SQL " FOR KEY SHARE OF c" : INSERT_ONE_SQL,
+					   target->table);
 	return TidePlan(&target->plans[which], sql, 7, types);
 }
 

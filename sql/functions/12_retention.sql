@@ -230,14 +230,20 @@ GRANT EXECUTE ON FUNCTION tide.outbox_sweep(text,integer,boolean,interval) TO ti
 
 -- Creates the child tables of tide_outbox_messages ahead of the ids handed
 -- out: children of pg_tide.partition_size ids each, until the last one
--- ends at least two children's worth above the sequence. Another
+-- ends at least two children's worth above the sequence. A child has one
+-- index, on (outbox_name, id), not the parent's two: every query of the
+-- messages names their outbox (a partial index would not serve those
+-- that do not also ask for consumed_at IS NULL), and a primary key would
+-- cost every message a second index entry for a uniqueness that the
+-- sequence gives (only publishes write into children, with ids from it;
+-- the parent keeps its primary key for any other insert). Another
 -- maintainer running holds EXCLUSIVE on tide_outbox_partitions (publishers
 -- only read it); this one then returns 0 rather than wait. Creating a child
 -- takes SHARE UPDATE EXCLUSIVE on the parent, which publishers (ROW
 -- EXCLUSIVE) and readers (ACCESS SHARE) never wait for. A publish whose id
 -- no child holds yet goes into the parent table, so a database whose relay
--- worker does not run still accepts every publish. Returns the number of
--- children created.
+-- worker does not run still accepts every publish. It makes none before
+-- the first id is handed out. Returns the number of children created.
 CREATE OR REPLACE FUNCTION tide._outbox_partitions_maintain()
 RETURNS int
 LANGUAGE plpgsql
@@ -255,7 +261,19 @@ BEGIN
 	EXCEPTION WHEN lock_not_available THEN
 		RETURN 0;
 	END;
-	handed_out := coalesce(pg_sequence_last_value('tide.tide_outbox_messages_id_seq'), 0);
+	-- Children restored by pg_dump come without their tie to the extension.
+	PERFORM tide._outbox_partition_adopt(c.oid)
+	   FROM tide.tide_outbox_partitions p
+	   JOIN pg_class c ON c.relname = p.table_name AND c.relnamespace = 'tide'::regnamespace
+	  WHERE NOT EXISTS (SELECT 1 FROM pg_depend d
+						 WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+						   AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'a');
+	handed_out := pg_sequence_last_value('tide.tide_outbox_messages_id_seq');
+	-- Nothing published yet: a database being restored by pg_dump, whose
+	-- children and sequence value are still to come, gets none of ours.
+	IF handed_out IS NULL THEN
+		RETURN 0;
+	END IF;
 	SELECT max(p.last_id) INTO top FROM tide.tide_outbox_partitions p;
 	WHILE coalesce(top, 0) < handed_out + 2 * width LOOP
 		-- The next child follows the last one, or starts above the ids
@@ -266,9 +284,9 @@ BEGIN
 		EXECUTE format('CREATE TABLE tide.%I (CONSTRAINT %I CHECK (id >= %s AND id <= %s))'
 					   ' INHERITS (tide.tide_outbox_messages)',
 					   child, child || '_range', first_id, first_id + width - 1);
-		EXECUTE format('ALTER TABLE tide.%I ADD CONSTRAINT %I PRIMARY KEY (id)', child, child || '_pkey');
-		EXECUTE format('CREATE INDEX %I ON tide.%I (outbox_name, id) WHERE consumed_at IS NULL',
-					   child || '_pending', child);
+		-- One index: every reader of the messages names the outbox, and
+		-- the ids come from the sequence alone (see the top of this file).
+		EXECUTE format('CREATE INDEX %I ON tide.%I (outbox_name, id)', child || '_outbox_id', child);
 		PERFORM tide._outbox_partition_adopt(format('tide.%I', child)::regclass);
 		INSERT INTO tide.tide_outbox_partitions (first_id, last_id, table_name)
 		VALUES (first_id, first_id + width - 1, child);
