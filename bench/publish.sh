@@ -94,6 +94,10 @@ SQL
 for script in plain_single tide_single pgq_single plain_batch tide_batch pgq_batch; do
 	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
 done
+# pg_tide's child tables (the relay worker, off here, would make them):
+# every run's ids, restarted at 1, then go into a child, as in a database
+# whose worker runs.
+psql_db -c "SELECT tide._outbox_partitions_maintain()" >/dev/null
 psql_db <<'SQL'
 \pset footer off
 SELECT queue_data_pfx AS pgq_table FROM pgq.queue WHERE queue_name = 'bench' \gset

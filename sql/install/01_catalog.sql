@@ -43,8 +43,8 @@ CREATE INDEX idx_tide_outbox_messages_pending
 
 -- The message table's children (docs/catalog.md). Each child table
 -- tide.tide_outbox_messages_<first_id> inherits tide_outbox_messages, holds
--- the ids first_id to last_id (a CHECK constraint says so) and has one
--- index, on (outbox_name, id). tide._outbox_partitions_maintain() creates them
+-- the ids first_id to last_id (this table says so) and has one index, on
+-- (outbox_name, id). tide._outbox_partitions_maintain() creates them
 -- ahead of the ids handed out; a publish writes into the child that holds
 -- its id, or into the parent when none does; retention drops a child whole
 -- once every participant of every outbox has passed it (12_retention.sql).
