@@ -23,7 +23,8 @@
  *
  * A child is dropped only once all its ids were handed out by transactions
  * that have ended, so an id taken now is never in a dropped child; the
- * existence check covers a sequence that was reset below old ranges.
+ * existence check covers a sequence that was reset below old ranges (a
+ * remembered child that is gone makes the backend look up again).
  *
  * Also tide._outbox_partition_adopt(), which ties a new child to the
  * extension.
@@ -112,10 +113,14 @@ tide_table(const char *name)
 	return OidIsValid(nsp) ? get_relname_relid(name, nsp) : InvalidOid;
 }
 
-/* The remembered child that holds ids first to last and still exists. */
+/*
+ * The remembered child that holds ids first to last and still exists.
+ * *gone tells that the one remembered for them no longer exists.
+ */
 static PublishTarget *
-cached_child(int64 first, int64 last)
+cached_child(int64 first, int64 last, bool *gone)
 {
+	*gone = false;
 	for (int i = 0; i < nchildren; i++)
 	{
 		PublishTarget *child = &children[i];
@@ -124,16 +129,18 @@ cached_child(int64 first, int64 last)
 		{
 			Oid			relid = tide_table(child->table);
 
-			if (OidIsValid(relid))
+			if (!OidIsValid(relid))
 			{
-				/* A table made anew under the same name: new plans. */
-				if (relid != child->relid)
-				{
-					forget_plans(child);
-					child->relid = relid;
-				}
-				return child;
+				*gone = true;
+				return NULL;
 			}
+			/* A table made anew under the same name: new plans. */
+			if (relid != child->relid)
+			{
+				forget_plans(child);
+				child->relid = relid;
+			}
+			return child;
 		}
 	}
 	return NULL;
@@ -188,6 +195,7 @@ PartitionTargetFor(int64 first, int64 last)
 {
 	PublishTarget *child;
 	Oid			seq = TrackerSequenceOid();
+	bool		gone;
 
 	if (seq != cache_sequence)
 	{
@@ -195,11 +203,11 @@ PartitionTargetFor(int64 first, int64 last)
 		forget_plans(&parent_target);
 		cache_sequence = seq;
 	}
-	child = cached_child(first, last);
-	if (child == NULL && last > looked_up_to)
+	child = cached_child(first, last, &gone);
+	if (child == NULL && (gone || last > looked_up_to))
 	{
 		look_up_children(first, last);
-		child = cached_child(first, last);
+		child = cached_child(first, last, &gone);
 	}
 	return child ? child : &parent_target;
 }
