@@ -333,21 +333,20 @@ DECLARE
 	blocked jsonb;
 	dropped jsonb := '[]';
 BEGIN
+	-- Every child closed since the last sweep is marked now, not only the
+	-- next one to drop: its messages' age counts from here.
+	IF NOT p_dry_run THEN
+		UPDATE tide.tide_outbox_partitions p SET closed_at = now()
+		 WHERE p.closed_at IS NULL AND p.last_id <= horizon;
+	END IF;
 	FOR part IN SELECT * FROM tide.tide_outbox_partitions p ORDER BY p.first_id LOOP
 		IF part.last_id > horizon THEN
 			blocked := jsonb_build_object('table', part.table_name, 'reason', 'open',
 										  'safe_horizon', horizon);
 			EXIT;
 		END IF;
-		IF part.closed_at IS NULL THEN
-			-- Its messages were published before now; the age test counts
-			-- from here.
-			IF NOT p_dry_run THEN
-				UPDATE tide.tide_outbox_partitions p SET closed_at = now()
-				 WHERE p.first_id = part.first_id;
-			END IF;
-			part.closed_at := now();
-		END IF;
+		-- (A dry run marks nothing: as if closed now.)
+		part.closed_at := coalesce(part.closed_at, now());
 		FOR cfg IN SELECT * FROM tide.tide_outbox_config c ORDER BY c.outbox_name LOOP
 			EXECUTE format('SELECT EXISTS (SELECT 1 FROM tide.%I m'
 						   ' WHERE m.outbox_name = $1 AND m.consumed_at IS NULL)', part.table_name)
