@@ -1,48 +1,54 @@
 #!/usr/bin/env bash
-# Sustained load: publishing and consuming at a steady rate for SUSTAINED_DURATION
-# with a short retention, to see whether the message table stays small and
-# the rates hold. pg_tide first, then PgQ (Debian's postgresql-15-pgq3) for
-# SUSTAINED_PGQ_DURATION under the same load, in the same cluster, for the WAL each
-# message costs. See bench/README.md.
+# Sustained load: publishing and consuming at a steady rate for
+# SUSTAINED_DURATION with a short retention, to see whether the message
+# table stays small and the rates hold. pg_tide first, then PgQ (Debian's
+# postgresql-15-pgq3) for SUSTAINED_PGQ_DURATION under the same load, in
+# the same cluster, for the WAL each message costs. See bench/README.md.
 #
-# pg_tide: pgbench publishers call tide.outbox_publish() at SUSTAINED_RATE messages
-# per second in all (one per transaction, the payload and headers of
-# bench/tide_single.sql); consumers of one group poll and commit batches
-# (bench/sustained_tide_consume.sql), waiting SUSTAINED_CONSUME_EVERY_MS whenever they
-# have caught up, as PgQ's consumer waits for the next tick. A maintenance loop plays the
-# relay worker (which is off here, so that nothing else runs): every
-# SUSTAINED_SWEEP_EVERY seconds tide._outbox_partitions_maintain() and
-# tide.outbox_sweep(p_older_than => SUSTAINED_RETENTION), with child tables of
-# SUSTAINED_PARTITION_SIZE ids. PgQ: pgq.insert_event() at the same rate, one
-# consumer (next_batch, get_batch_events, finish_batch), and a loop that
-# ticks every second and rotates the event tables (rotation_period =
-# SUSTAINED_RETENTION) as pgqd would.
+# pg_tide: pgbench publishers call tide.outbox_publish() at SUSTAINED_RATE
+# messages per second in all (one per transaction, the payload and headers
+# of bench/tide_single.sql); consumers of one group poll and commit batches
+# (bench/sustained_tide_consume.sql), waiting SUSTAINED_CONSUME_EVERY_MS
+# whenever they have caught up, as PgQ's consumer waits for the next tick.
+# A maintenance loop plays the relay worker (which is off here, so that
+# nothing else runs): every SUSTAINED_SWEEP_EVERY seconds
+# tide._outbox_partitions_maintain() and tide.outbox_sweep(p_older_than =>
+# SUSTAINED_RETENTION), with child tables of SUSTAINED_PARTITION_SIZE ids.
+# PgQ: pgq.insert_event() at the same rate, one consumer (next_batch,
+# get_batch_events, finish_batch), and a loop that ticks every second and
+# rotates the event tables (rotation_period = SUSTAINED_RETENTION) as pgqd
+# would.
 #
-# Every SUSTAINED_SAMPLE_EVERY seconds it records the bytes of the message tables with
-# their indexes and TOAST, their dead tuples and the WAL position. At the end
-# it reports: the bytes at the end against the bytes one SUSTAINED_RETENTION after the
-# start (the first retention period); the publish rate of the last 5
-# minutes against the first 5 (from pgbench's progress lines); and WAL bytes
-# per message published, pg_tide's against PgQ's.
+# Every SUSTAINED_SAMPLE_EVERY seconds it records the bytes of the message
+# tables with their indexes and TOAST, their dead tuples and the WAL
+# position. At the end it reports: the bytes at the end against the bytes
+# one SUSTAINED_RETENTION after the start (the first retention period); the
+# publish rate of the last 5 minutes against the first 5 (from pgbench's
+# progress lines); and WAL bytes per message published, pg_tide's against
+# PgQ's.
 #
 # Run as root; pg_tide must be installed. Throwaway cluster in
-# /tmp/pg_tide_bench_sustained on port 5493 (KEEP_CLUSTER=1 leaves it).
+# /tmp/pg_tide_bench_sustained on port 5493 (TIDE_CLUSTER and TIDE_PORT
+# override them; KEEP_CLUSTER=1 leaves it running).
 #
 # Settings from the environment:
-#   SUSTAINED_DURATION        seconds of pg_tide load (default 1200: 20 minutes)
-#   SUSTAINED_PGQ_DURATION    seconds of PgQ load (default 300; 0 skips PgQ)
+#   SUSTAINED_DURATION        seconds of pg_tide load (default 1200)
+#   SUSTAINED_PGQ_DURATION    seconds of PgQ load (default 300; 0: none)
 #   SUSTAINED_RATE            messages per second published (default 300)
 #   SUSTAINED_PUBLISHERS      publishing pgbench clients (default 4)
-#   SUSTAINED_CONSUMERS       consuming pgbench clients of pg_tide (default 2; PgQ's
-#                   consumer takes its batches one after another: 1)
+#   SUSTAINED_CONSUMERS       consuming clients of pg_tide (default 2; PgQ's
+#                             consumer takes its batches one after another,
+#                             so it has 1)
 #   SUSTAINED_RETENTION       retention, in seconds (default 240)
 #   SUSTAINED_PARTITION_SIZE  ids per child table (default 10000)
 #   SUSTAINED_SWEEP_EVERY     seconds between sweeps (default 5)
 #   SUSTAINED_SAMPLE_EVERY    seconds between samples (default 30)
-#   SUSTAINED_CONSUME_EVERY_MS  how long a consumer waits when it has caught up
-#                   (default 1000: PgQ's ticker ticks every second here, and
-#                   its consumer sees new events once per tick)
-#   SUSTAINED_CONSUME_BATCH   most messages a pg_tide poll takes (default 5000)
+#   SUSTAINED_CONSUME_EVERY_MS  how long a consumer waits when it has caught
+#                             up (default 1000: PgQ's ticker ticks every
+#                             second here, and its consumer sees new events
+#                             once per tick)
+#   SUSTAINED_CONSUME_BATCH   most messages a pg_tide poll takes (default
+#                             5000)
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

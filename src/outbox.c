@@ -236,10 +236,9 @@ admit_and_remember(const char *name, int64 n)
 
 /*
  * The outbox's position this backend read less than ADMISSION_CACHE_MS
- * ago, if any. Positions
- * only move forward while a backend remembers one (a rewind or a new group
- * is seen within ADMISSION_CACHE_MS), so an old one only overstates the
- * count.
+ * ago, if any. Positions only move forward while a backend remembers one
+ * (a rewind or a new group is seen within ADMISSION_CACHE_MS), so an old
+ * one only overstates the count.
  */
 static bool
 remembered_position(const char *name, int64 *position)

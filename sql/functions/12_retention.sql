@@ -39,7 +39,9 @@
 -- queue of lock requests forms behind the drop. Publishers never touch a
 -- closed child, and the parent table is not locked. Rows in the parent
 -- itself (0.1.0's messages, and those published while no child held their
--- id) are deleted row by row as follows.
+-- id) and in the children still open (a child that fills more slowly than
+-- the retention) are deleted row by row as follows; under steady load the
+-- open children hold only messages younger than the retention.
 --
 -- The deletion takes ROW EXCLUSIVE on the message table, as publishers do:
 -- publishers never wait for it. outbox_drop's SHARE ROW EXCLUSIVE waits for
@@ -137,6 +139,8 @@ DECLARE
 	batches int;
 	more boolean;
 	after_id bigint;
+	closed_upto bigint;
+	in_children int;
 	n bigint;
 	last_id bigint;
 	total bigint := 0;
@@ -174,34 +178,60 @@ BEGIN
 									coalesce(p_older_than, make_interval(hours => cfg.retention_hours)));
 		-- Every id up to r.bound belongs to a transaction that has ended
 		-- (bound <= safe horizon), so this snapshot sees the whole set, and
-		-- nothing joins it later.
+		-- nothing joins it later. Row by row go the messages of the parent
+		-- table itself and those of the children still open (ids above the
+		-- last closed child): a child that fills more slowly than the
+		-- retention must not keep its old messages until it closes.
+		closed_upto := coalesce((SELECT max(p.last_id) FROM tide.tide_outbox_partitions p
+								  WHERE p.last_id <= r.safe_horizon), 0);
 		SELECT count(*) INTO eligible FROM ONLY tide.tide_outbox_messages m
 		 WHERE m.outbox_name = cfg.outbox_name AND m.id <= r.bound AND m.created_at < r.cutoff;
+		SELECT eligible + count(*) INTO eligible FROM tide.tide_outbox_messages m
+		 WHERE m.outbox_name = cfg.outbox_name AND m.id > closed_upto AND m.id <= r.bound
+		   AND m.created_at < r.cutoff AND m.tableoid <> 'tide.tide_outbox_messages'::regclass;
 		deleted := 0;
 		batches := 0;
 		more := false;
-		after_id := 0;
 		IF NOT p_dry_run THEN
-			WHILE deleted < eligible LOOP
-				IF total_batches >= max_batches THEN
-					more := true;
-					EXIT;
-				END IF;
-				WITH b AS (
-					SELECT m.id FROM ONLY tide.tide_outbox_messages m
-					 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
-					   AND m.created_at < r.cutoff
-					 ORDER BY m.id LIMIT p_batch_size
-					   FOR UPDATE SKIP LOCKED),
-				d AS (
-					DELETE FROM ONLY tide.tide_outbox_messages m USING b WHERE m.id = b.id
-					RETURNING m.id)
-				SELECT count(*), max(d.id) INTO n, last_id FROM d;
-				batches := batches + 1;
-				total_batches := total_batches + 1;
-				deleted := deleted + n;
-				EXIT WHEN n < p_batch_size;
-				after_id := last_id;
+			<<phases>>
+			FOR in_children IN 0 .. 1 LOOP
+				after_id := CASE WHEN in_children = 0 THEN 0 ELSE closed_upto END;
+				WHILE deleted < eligible LOOP
+					IF total_batches >= max_batches THEN
+						more := true;
+						EXIT phases;
+					END IF;
+					IF in_children = 0 THEN
+						WITH b AS (
+							SELECT m.id FROM ONLY tide.tide_outbox_messages m
+							 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
+							   AND m.created_at < r.cutoff
+							 ORDER BY m.id LIMIT p_batch_size
+							   FOR UPDATE SKIP LOCKED),
+						d AS (
+							DELETE FROM ONLY tide.tide_outbox_messages m USING b WHERE m.id = b.id
+							RETURNING m.id)
+						SELECT count(*), max(d.id) INTO n, last_id FROM d;
+					ELSE
+						WITH b AS (
+							SELECT m.id FROM tide.tide_outbox_messages m
+							 WHERE m.outbox_name = cfg.outbox_name AND m.id > after_id AND m.id <= r.bound
+							   AND m.created_at < r.cutoff
+							   AND m.tableoid <> 'tide.tide_outbox_messages'::regclass
+							 ORDER BY m.id LIMIT p_batch_size
+							   FOR UPDATE SKIP LOCKED),
+						d AS (
+							DELETE FROM tide.tide_outbox_messages m USING b
+							 WHERE m.outbox_name = cfg.outbox_name AND m.id = b.id
+							RETURNING m.id)
+						SELECT count(*), max(d.id) INTO n, last_id FROM d;
+					END IF;
+					batches := batches + 1;
+					total_batches := total_batches + 1;
+					deleted := deleted + n;
+					EXIT WHEN n < p_batch_size;
+					after_id := last_id;
+				END LOOP;
 			END LOOP;
 		END IF;
 		total := total + deleted;
@@ -288,6 +318,9 @@ BEGIN
 		-- One index: every reader of the messages names the outbox, and
 		-- the ids come from the sequence alone (see the top of this file).
 		EXECUTE format('CREATE INDEX %I ON tide.%I (outbox_name, id)', child || '_outbox_id', child);
+		-- As on every table of the schema (sql/privileges.sql): outbox_drop,
+		-- run by tide_admin, locks the children with the parent.
+		EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON tide.%I TO tide_admin', child);
 		PERFORM tide._outbox_partition_adopt(format('tide.%I', child)::regclass);
 		INSERT INTO tide.tide_outbox_partitions (first_id, last_id, table_name)
 		VALUES (first_id, first_id + width - 1, child);

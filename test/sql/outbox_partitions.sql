@@ -126,6 +126,15 @@ SELECT setval('tide.tide_outbox_messages_id_seq', 4001) \g /dev/null
 SELECT * FROM parts_test.sweep_children();
 SELECT * FROM parts_test.children();
 
+-- tide_admin drops an outbox while children exist (outbox_drop locks them
+-- with the parent) and sweeps.
+CREATE ROLE regress_parts_admin IN ROLE tide_admin;
+SET ROLE regress_parts_admin;
+SELECT tide.outbox_drop('parts_free');
+SELECT tide.outbox_sweep(p_older_than => '1 microsecond') -> 'partitions' -> 'blocked' ->> 'reason' AS kept_for;
+RESET ROLE;
+DROP ROLE regress_parts_admin;
+
 -- DROP EXTENSION drops the children with their parent; the next tests get a
 -- fresh install.
 DROP EXTENSION pg_tide;
