@@ -114,7 +114,7 @@ SELECT 'pgq', count(*), round(avg(octet_length(ev_data))), round(avg(octet_lengt
 SQL
 
 # The rows a side has written, and the bytes of its tables (with indexes
-# and TOAST).
+# and TOAST; pg_tide's parent table and its children).
 side_rows() {
 	case $1 in
 	tide | tide_granted) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
@@ -124,7 +124,9 @@ side_rows() {
 }
 side_bytes() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')" ;;
+	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+		+ coalesce((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
+		 WHERE inhparent = 'tide.tide_outbox_messages'::regclass), 0)" ;;
 	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
 	pgq) psql_db -A -t -c "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
 		WHERE inhparent = '$(pgq_table)'::regclass" ;;
