@@ -30,9 +30,9 @@
 -- (every id of it handed out, by a transaction that has ended: last_id at
 -- or below the safe horizon) and, for every outbox with messages in it,
 -- every one of those messages is at or below that outbox's bound (every
--- participant has passed it, as above) and it was closed before the outbox's retention
--- cutoff (its messages were all published before it closed, so all are
--- older than the cutoff). Only a sweep of every outbox and both retentions
+-- participant has passed it, as above) and it was closed before the
+-- outbox's retention cutoff (its messages were all published before it
+-- closed, so all are older than the cutoff). Only a sweep of every outbox and both retentions
 -- being met drops it: other outboxes' messages share it. The drop takes
 -- ACCESS EXCLUSIVE on the child alone, without waiting (NOWAIT): a reader
 -- still scanning it (a poll, a replay) keeps it for the next sweep, and no
