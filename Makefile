@@ -8,6 +8,7 @@ OBJS = \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
+	src/partitions.o \
 	src/limits.o \
 	src/catalog_version.o \
 	src/outbox_rights.o \

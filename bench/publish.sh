@@ -26,8 +26,8 @@
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TIDE_CLUSTER=/tmp/pg_tide_bench
-export TIDE_PORT=5498
+export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench}
+export TIDE_PORT=${TIDE_PORT:-5498}
 BENCH_NAME=publish.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
@@ -94,6 +94,10 @@ SQL
 for script in plain_single tide_single pgq_single plain_batch tide_batch pgq_batch; do
 	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
 done
+# pg_tide's child tables (the relay worker, off here, would make them):
+# every run's ids, restarted at 1, then go into a child, as in a database
+# whose worker runs.
+psql_db -c "SELECT tide._outbox_partitions_maintain()" >/dev/null
 psql_db <<'SQL'
 \pset footer off
 SELECT queue_data_pfx AS pgq_table FROM pgq.queue WHERE queue_name = 'bench' \gset
@@ -110,7 +114,7 @@ SELECT 'pgq', count(*), round(avg(octet_length(ev_data))), round(avg(octet_lengt
 SQL
 
 # The rows a side has written, and the bytes of its tables (with indexes
-# and TOAST).
+# and TOAST; pg_tide's parent table and its children).
 side_rows() {
 	case $1 in
 	tide | tide_granted) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
@@ -120,7 +124,9 @@ side_rows() {
 }
 side_bytes() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')" ;;
+	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+		+ coalesce((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
+		 WHERE inhparent = 'tide.tide_outbox_messages'::regclass), 0)" ;;
 	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
 	pgq) psql_db -A -t -c "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
 		WHERE inhparent = '$(pgq_table)'::regclass" ;;

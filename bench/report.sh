@@ -129,10 +129,16 @@ publish_rows() {
 	echo
 	echo "| figure | target | measured | verdict |"
 	echo "|---|---|---|---|"
-	target_row "publish, 1 message per transaction, 8 clients: pg_tide / plain INSERT" ">=" 0.85 "%.3f" \
-		"$(ratio publish.sh publish_1x8 tide publish_1x8 plain)"
-	target_row "publish, 1 message per transaction, 8 clients: pg_tide / PgQ insert_event" ">=" 1 "%.3f" \
-		"$(ratio publish.sh publish_1x8 tide publish_1x8 pgq)"
+	for c in 1 8 32; do
+		target_row "publish, 1 message per transaction, $c clients: pg_tide / plain INSERT" ">=" 0.9 "%.3f" \
+			"$(ratio publish.sh publish_1x$c tide publish_1x$c plain)"
+		target_row "publish, 1 message per transaction, $c clients: pg_tide / PgQ insert_event" ">=" 1.05 "%.3f" \
+			"$(ratio publish.sh publish_1x$c tide publish_1x$c pgq)"
+	done
+	for n in 10 100; do
+		target_row "publish, $n messages per transaction, 8 clients: pg_tide / PgQ insert_event" ">=" 1 "%.3f" \
+			"$(ratio publish.sh publish_${n}x8 tide publish_${n}x8 pgq)"
+	done
 	target_row "publish, 1 message per transaction, 8 clients: a granted tide_publisher / superuser" ">=" 0.95 "%.3f" \
 		"$(ratio publish.sh publish_1x8 tide_granted publish_1x8 tide)"
 	target_row "consumer path, 1 client: pg_tide one call / SKIP LOCKED queue" ">=" 1 "%.3f" \
@@ -141,6 +147,12 @@ publish_rows() {
 		"$(ratio consume.sh consume_x4 tide_one_call consume_x4 skip_locked)"
 	target_row "consumer path, 1 client: pg_tide one call / PgQ batch" ">=" 1 "%.3f" \
 		"$(ratio consume.sh consume_x1 tide_one_call consume_x1 pgq)"
+	target_row "sustained load: table and index bytes at the end / after the first retention period" "<=" 1.2 "%.3f" \
+		"$(ratio sustained.sh sustained_table_bytes_end tide sustained_table_bytes_after_retention tide)"
+	target_row "sustained load: publish rate, last 5 minutes / first 5 minutes" ">=" 0.95 "%.3f" \
+		"$(ratio sustained.sh sustained_publish_last5 tide sustained_publish_first5 tide)"
+	target_row "sustained load: WAL bytes per message, pg_tide / PgQ" "<=" 1 "%.3f" \
+		"$(ratio sustained.sh sustained_wal_bytes tide sustained_wal_bytes pgq)"
 	target_row "relay mode single / receiver's wrk rate (16 connections)" ">=" 0.6 "%.3f" \
 		"$(ratio relay.sh relay single receiver_wrk c16)"
 	target_row "relay mode single / libcurl alone (16 in flight, no database work)" ">=" 0.6 "%.3f" \

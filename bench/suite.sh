@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole benchmark suite in one command: builds and installs pg_tide,
 # runs publish.sh (against a plain INSERT and PgQ), consume.sh (against a
-# SKIP LOCKED queue and PgQ) and relay.sh (against the receiver's own wrk
-# rate; latency, catch-up, worker memory), each in its own throwaway
+# SKIP LOCKED queue and PgQ), relay.sh (against the receiver's own wrk
+# rate; latency, catch-up, worker memory) and sustained.sh (25 minutes of
+# steady publishing and consuming; SUSTAINED_DURATION shortens it), each in its own throwaway
 # cluster, then writes bench/RESULTS.md and bench/results/*.png.
 #
-#   sudo bench/suite.sh            # about 20 minutes on 2 cores
+#   sudo bench/suite.sh            # about 45 minutes on 2 cores
 #   QUICK=1 sudo bench/suite.sh    # a few minutes, one round: a smoke run
 #
 # Run as root on Debian 12 (the clusters run as the postgres user). Every
@@ -33,6 +34,8 @@ tide_build_install
 if [ "${QUICK:-0}" = 1 ]; then
 	export REPEATS=${REPEATS:-1} DURATION=${DURATION:-2} N=${N:-30000} N_SINGLE=${N_SINGLE:-10000}
 	export N_BATCH=${N_BATCH:-50000} CATCHUP_SIZES=${CATCHUP_SIZES:-100000 1000000} OPEN_TX_SECONDS=${OPEN_TX_SECONDS:-5}
+	export SUSTAINED_DURATION=${SUSTAINED_DURATION:-120} SUSTAINED_PGQ_DURATION=${SUSTAINED_PGQ_DURATION:-60}
+	export SUSTAINED_RETENTION=${SUSTAINED_RETENTION:-30}
 fi
 
 WORK=$(mktemp -d /tmp/pg_tide_suite.XXXXXX)
@@ -54,7 +57,7 @@ export BENCH_RAW=$WORK/raw.tsv
 cat "$WORK/machine.txt"
 
 started=$SECONDS
-for script in publish.sh consume.sh relay.sh; do
+for script in publish.sh consume.sh relay.sh sustained.sh; do
 	log "suite: $script"
 	"$BENCH_DIR/$script"
 done

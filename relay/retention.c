@@ -6,6 +6,12 @@
  *		participant has passed (see the Retention section of the install
  *		script). When a sweep stops at its cap with more to do, the next pass
  *		goes on instead of waiting for the interval.
+ *
+ *		Before that, at most once a second, it runs
+ *		tide._outbox_partitions_maintain(), which makes the child tables of
+ *		tide_outbox_messages ahead of the ids handed out (src/partitions.c):
+ *		publishes find their child made, and a child that no participant
+ *		needs any more is dropped whole by the sweep.
  */
 #include "postgres.h"
 
@@ -17,6 +23,30 @@
 
 int			SweepIntervalSecs = 60;
 
+/* How often the child tables are made ahead, at most. */
+#define MAINTAIN_INTERVAL_MS 1000
+
+/* Makes the child tables ahead of the ids handed out, when it is due. */
+static void
+maintain_partitions(TimestampTz now)
+{
+	static TimestampTz last_maintained = 0;
+	static SPIPlanPtr plan = NULL;
+
+	if (!TimestampDifferenceExceeds(last_maintained, now, MAINTAIN_INTERVAL_MS))
+		return;
+	last_maintained = now;
+
+	RelayBeginShortXact("pg_tide relay: making message partitions");
+	if (RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
+	{
+		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._outbox_partitions_maintain()", 0, NULL),
+							 NULL, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not make the partitions of tide.tide_outbox_messages");
+	}
+	RelayEndShortXact(CurrentMemoryContext);
+}
+
 /* Runs tide.outbox_sweep() when it is due; see the top of this file. */
 void
 RelaySweepOutboxes(void)
@@ -25,6 +55,8 @@ RelaySweepOutboxes(void)
 	static SPIPlanPtr plan = NULL;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		isnull;
+
+	maintain_partitions(now);
 
 	if (SweepIntervalSecs <= 0 ||
 		!TimestampDifferenceExceeds(last_sweep, now, SweepIntervalSecs * 1000))

@@ -11,16 +11,23 @@
  * hold more unconsumed messages than its inline_threshold. To cost little,
  * a publish is one INSERT ... SELECT in the common case:
  *
- * 1. Fast path: the INSERT reads the outbox's config row and inserts only
+ * 1. Ids first: the publish takes its ids (tracker.c) and asks
+ *	  partitions.c for the table that holds them: a child table of
+ *	  tide_outbox_messages, or the parent. It inserts there directly, so
+ *	  the row is never routed and retention can drop the child whole.
+ * 2. Fast path: the INSERT reads the outbox's config row and inserts only
  *	  when the outbox is enabled and a cheap upper bound on its unconsumed
- *	  messages leaves room: the ids from its oldest unconsumed message to
- *	  the last id handed out (one probe of the pending index and the
- *	  sequence).
- * 2. Slow path, when the fast path inserted nothing: the full check, which
- *	  raises the error that applies (missing, disabled, or too many messages
- *	  by an exact count above the lowest consumer group position), and if
- *	  the outbox turns out to have room after all, the same INSERT told to
- *	  skip the bound.
+ *	  messages leaves room: the ids from the outbox's position (below it
+ *	  every message is consumed) to the last id it takes. The position is
+ *	  remembered per backend for at most ADMISSION_CACHE_MS, so the INSERT
+ *	  reads no message table (a probe there would lock every child table,
+ *	  and retention drops them).
+ * 3. Slow path, when the fast path inserted nothing or the backend knows
+ *	  no recent position: the full check, which raises the error that
+ *	  applies (missing, disabled, or too many messages by an exact count
+ *	  above the lowest consumer group position), and if the outbox has room
+ *	  after all, the same INSERT told to skip the bound. It also yields the
+ *	  position for the cache.
  *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
@@ -46,7 +53,9 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/timestamp.h"
 
+#include "partitions.h"
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_publish);
@@ -54,32 +63,45 @@ PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
 
 static SPIPlanPtr admit_plan = NULL;
 static SPIPlanPtr count_plan = NULL;
-static SPIPlanPtr insert_one_plan[2] = {NULL, NULL};
-static SPIPlanPtr insert_batch_plan[2] = {NULL, NULL};
+
+/* How long a backend trusts an outbox's position it read (step 2). */
+#define ADMISSION_CACHE_MS 1000
+
+/* The last position the slow path read, for one outbox. */
+typedef struct AdmissionCache
+{
+	char		outbox[NAMEDATALEN];
+	int64		position;
+	TimestampTz read_at;
+	Oid			sequence;
+} AdmissionCache;
+
+static AdmissionCache admission = {"", 0, 0, InvalidOid};
 
 /*
  * The fast path's admission, as a condition on the config row c: $4 skips
- * it (the slow path admitted the publish), $5 is the number of messages.
- * Every unconsumed message lies between the outbox's oldest unconsumed
- * message and the last id handed out, so their distance bounds the count.
+ * it (the slow path admitted the publish), $6 is the outbox's position,
+ * $7 the last id the publish takes. Every unconsumed message lies between
+ * the position and the last id handed out, so their distance bounds the
+ * count.
  */
 #define ADMITTED_BY_BOUND \
-	"c.enabled AND ($4 OR" \
-	"  coalesce(pg_catalog.pg_sequence_last_value('tide.tide_outbox_messages_id_seq'::pg_catalog.regclass)" \
-	"           OPERATOR(pg_catalog.-) (SELECT m.id FROM tide.tide_outbox_messages m" \
-	"               WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name AND m.consumed_at IS NULL" \
-	"               ORDER BY m.outbox_name, m.id LIMIT 1) OPERATOR(pg_catalog.+) 1, 0)" \
-	"  OPERATOR(pg_catalog.+) $5 OPERATOR(pg_catalog.<=) c.inline_threshold)"
+	"c.enabled AND ($4 OR $7 OPERATOR(pg_catalog.-) $6 OPERATOR(pg_catalog.<=) c.inline_threshold)"
 
-/* The INSERTs of the fast path, without their locking clause. */
+/*
+ * The INSERTs into the table named by %s (in schema tide; partitions.c),
+ * without their locking clause: $1 outbox, $2 payload (jsonb[] for a
+ * batch), $3 headers, $5 the id (bigint[] for a batch).
+ */
 #define INSERT_ONE_SQL \
-	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
-	" SELECT c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
+	" SELECT $5, c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND
 #define INSERT_BATCH_SQL \
-	"INSERT INTO tide.tide_outbox_messages (outbox_name, payload, headers)" \
-	" SELECT c.outbox_name, p.payload, $3" \
-	"   FROM tide.tide_outbox_config c, pg_catalog.unnest($2) WITH ORDINALITY AS p (payload, n)" \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
+	" SELECT p.id, c.outbox_name, p.payload, $3" \
+	"   FROM tide.tide_outbox_config c," \
+	"        ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5)) WITH ORDINALITY AS p (payload, id, n)" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
 	"  ORDER BY p.n"
 
@@ -124,11 +146,11 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
  * position of its consumer groups (all messages when it has none). The
  * count is exact; it is only taken when a bound (last id handed out minus
  * that position) says the threshold could be reached. Raises the error
- * that applies; returns when the publish is admitted. Reads with a new
- * snapshot (under READ COMMITTED) like the INSERT, so that it sees a drop
- * the INSERT waited for.
+ * that applies; returns the position (see the top of the file) when the
+ * publish is admitted. Reads with a new snapshot (under READ COMMITTED)
+ * like the INSERT, so that it sees a drop the INSERT waited for.
  */
-static void
+static int64
 outbox_admit(const char *name, int64 n)
 {
 	Oid			admit_types[1] = {TEXTOID};
@@ -168,7 +190,7 @@ outbox_admit(const char *name, int64 n)
 				 errhint("Enable it with tide.outbox_enable().")));
 
 	if (TrackerSequenceLastValue() - low + n <= threshold)
-		return;
+		return low;
 
 	args[1] = Int64GetDatum(low);
 	args[2] = Int64GetDatum(threshold);
@@ -193,50 +215,129 @@ outbox_admit(const char *name, int64 n)
 						   (long long) unconsumed, (long long) threshold, (long long) n),
 				 errhint("Let its consumer groups catch up before publishing more; "
 						 "the limit is tide.tide_outbox_config.inline_threshold.")));
+	return low;
+}
+
+/*
+ * The slow path, remembering the position it read for the fast path of
+ * the next publishes of this backend.
+ */
+static int64
+admit_and_remember(const char *name, int64 n)
+{
+	int64		position = outbox_admit(name, n);
+
+	strlcpy(admission.outbox, name, NAMEDATALEN);
+	admission.position = position;
+	admission.read_at = GetCurrentTimestamp();
+	admission.sequence = TrackerSequenceOid();
+	return position;
+}
+
+/*
+ * The outbox's position this backend read less than ADMISSION_CACHE_MS
+ * ago, if any. Positions only move forward while a backend remembers one
+ * (a rewind or a new group is seen within ADMISSION_CACHE_MS), so an old
+ * one only overstates the count.
+ */
+static bool
+remembered_position(const char *name, int64 *position)
+{
+	if (admission.outbox[0] == '\0' || strcmp(admission.outbox, name) != 0 ||
+		admission.sequence != TrackerSequenceOid() ||
+		TimestampDifferenceExceeds(admission.read_at, GetCurrentTimestamp(), ADMISSION_CACHE_MS))
+		return false;
+	*position = admission.position;
+	return true;
+}
+
+/* The saved INSERT of a target table, prepared on first use. */
+static SPIPlanPtr
+insert_plan(PublishTarget *target, bool batch, bool locking)
+{
+	Oid			types[7] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID,
+	batch ? INT8ARRAYOID : INT8OID, INT8OID, INT8OID};
+	int			which = (batch ? 2 : 0) + (locking ? 1 : 0);
+	char	   *sql;
+
+	if (target->plans[which] != NULL)
+		return target->plans[which];
+	if (batch)
+		sql = psprintf(locking ? INSERT_BATCH_SQL " FOR KEY SHARE OF c" : INSERT_BATCH_SQL,
+					   target->table);
+	else
+		sql = psprintf(locking ? INSERT_ONE_SQL " FOR KEY SHARE OF c" : INSERT_ONE_SQL,
+					   target->table);
+	return TidePlan(&target->plans[which], sql, 7, types);
 }
 
 /*
  * Inserts `n` messages into the outbox, admitted by the fast path or else
  * by the slow path (see the top of the file). `payload` is one jsonb, or a
- * jsonb[] of n for a batch. For one message, SPI_tuptable holds its id.
+ * jsonb[] of n for a batch. Returns the first id.
  */
-static void
+static int64
 insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers)
 {
-	Oid			types[5] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID, INT8OID};
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	int			locking = IsolationUsesXactSnapshot() ? 1 : 0;
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int64	   *ids = palloc(sizeof(int64) * n);
+	int64		position;
+	bool		admitted;
 	SPIPlanPtr	plan;
 
-	if (batch)
-		plan = locking ?
-			TidePlan(&insert_batch_plan[1], INSERT_BATCH_SQL " FOR KEY SHARE OF c", 5, types) :
-			TidePlan(&insert_batch_plan[0], INSERT_BATCH_SQL, 5, types);
-	else
-		plan = locking ?
-			TidePlan(&insert_one_plan[1], INSERT_ONE_SQL " FOR KEY SHARE OF c RETURNING id", 5, types) :
-			TidePlan(&insert_one_plan[0], INSERT_ONE_SQL " RETURNING id", 5, types);
+	/*
+	 * Without a recent position the slow path runs first, so that a refused
+	 * publish takes no id. With one, only an outbox disabled or dropped in
+	 * the last ADMISSION_CACHE_MS is refused after its ids were taken.
+	 */
+	admitted = !remembered_position(name, &position);
+	if (admitted)
+		position = admit_and_remember(name, n);
+
+	/* Step 1: the ids, in the order of the payloads, and their table. */
+	for (int64 i = 0; i < n; i++)
+		ids[i] = TrackerNextMessageId();
+	/* A sequence set back below the position: read it again. */
+	if (!admitted && ids[0] <= position)
+	{
+		position = admit_and_remember(name, n);
+		admitted = true;
+	}
+	plan = insert_plan(PartitionTargetFor(ids[0], ids[n - 1]), batch, IsolationUsesXactSnapshot());
 
 	args[0] = CStringGetTextDatum(name);
 	args[1] = payload;
 	args[2] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
 	if (headers == NULL)
 		nulls[2] = 'n';
-	args[3] = BoolGetDatum(false);
-	args[4] = Int64GetDatum(n);
+	args[3] = BoolGetDatum(admitted);
+	if (batch)
+	{
+		Datum	   *elems = palloc(sizeof(Datum) * n);
+
+		for (int64 i = 0; i < n; i++)
+			elems[i] = Int64GetDatum(ids[i]);
+		args[4] = PointerGetDatum(construct_array(elems, (int) n, INT8OID, sizeof(int64),
+												  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	}
+	else
+		args[4] = Int64GetDatum(ids[0]);
+	args[5] = Int64GetDatum(position);
+	args[6] = Int64GetDatum(ids[n - 1]);
 
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		if (SPI_execute_plan(plan, args, nulls, false, 0) < 0)
 			elog(ERROR, "could not insert messages into outbox \"%s\"", name);
 		if (SPI_processed == (uint64) n)
-			return;
+			return ids[0];
 		/* The slow path raises the error that applies, or admits. */
-		outbox_admit(name, n);
+		args[5] = Int64GetDatum(admit_and_remember(name, n));
 		args[3] = BoolGetDatum(true);
 	}
 	elog(ERROR, "outbox \"%s\" was admitted but its messages were not inserted", name);
+	return 0;					/* keep the compiler quiet */
 }
 
 /*
@@ -268,7 +369,6 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	char	   *name;
 	Jsonb	   *payload;
 	Jsonb	   *headers;
-	bool		isnull;
 	int64		id;
 	Oid			save_userid;
 	int			save_sec_context;
@@ -286,8 +386,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	headers = headers_arg(fcinfo, 2);
 
 	publish_begin(name, &save_userid, &save_sec_context);
-	insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
-	id = TideSpiInt64(1, &isnull);
+	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
 	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);

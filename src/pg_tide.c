@@ -18,6 +18,7 @@
 #include "utils/guc.h"
 
 #include "pg_tide.h"
+#include "partitions.h"
 #include "relay_init.h"
 
 PG_MODULE_MAGIC;
@@ -77,6 +78,7 @@ _PG_init(void)
 
 	TideDefineConsumerGucs();
 	TideDefineLimitGucs();
+	TideDefinePartitionGucs();
 	RelayDefineGucs();
 	MarkGUCPrefixReserved("pg_tide");
 

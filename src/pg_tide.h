@@ -58,6 +58,8 @@ extern void TrackerShmemInit(void *place, bool found);
 extern void TrackerRegisterXactCallback(void);
 extern int64 TrackerSafeHorizon(void);
 extern int64 TrackerSequenceLastValue(void);
+extern int64 TrackerNextMessageId(void);
+extern Oid	TrackerSequenceOid(void);
 
 /* consumer.c: consumer groups, pg_tide.wait_recheck_ms */
 extern void TideDefineConsumerGucs(void);

@@ -181,11 +181,12 @@ TrackerSequenceLastValue(void)
 }
 
 /*
- * Default of tide_outbox_messages.id: registers the transaction (phase 1)
- * on its first id, then takes the next id.
+ * The next message id: registers the transaction (phase 1) on its first
+ * id, then takes the next id. The column default and outbox_publish both
+ * take their ids here.
  */
-Datum
-tide_next_message_id(PG_FUNCTION_ARGS)
+int64
+TrackerNextMessageId(void)
 {
 	Oid			seq;
 
@@ -218,7 +219,24 @@ tide_next_message_id(PG_FUNCTION_ARGS)
 	 * Like an identity column, the right to insert a message carries the
 	 * right to take its id: no separate sequence privilege is checked.
 	 */
-	PG_RETURN_INT64(nextval_internal(seq, false));
+	return nextval_internal(seq, false);
+}
+
+/* SQL: tide._next_message_id(), the default of tide_outbox_messages.id */
+Datum
+tide_next_message_id(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(TrackerNextMessageId());
+}
+
+/*
+ * The message id sequence's OID: it changes when the extension is created
+ * again, and with it every id range a backend remembers.
+ */
+Oid
+TrackerSequenceOid(void)
+{
+	return sequence_oid();
 }
 
 /* Phase 2: the highest id a reader in this database may read up to. */

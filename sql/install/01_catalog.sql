@@ -41,6 +41,27 @@ CREATE INDEX idx_tide_outbox_messages_pending
 	ON tide.tide_outbox_messages (outbox_name, id)
 	WHERE consumed_at IS NULL;
 
+-- The message table's children (docs/catalog.md). Each child table
+-- tide.tide_outbox_messages_<first_id> inherits tide_outbox_messages, holds
+-- the ids first_id to last_id (this table says so) and has one index, on
+-- (outbox_name, id). tide._outbox_partitions_maintain() creates them
+-- ahead of the ids handed out; a publish writes into the child that holds
+-- its id, or into the parent when none does; retention drops a child whole
+-- once every participant of every outbox has passed it (12_retention.sql).
+-- closed_at: when retention first saw every id of the child handed out by
+-- a transaction that has ended.
+CREATE TABLE tide.tide_outbox_partitions (
+	first_id		bigint PRIMARY KEY,
+	last_id			bigint NOT NULL,
+	table_name		text NOT NULL UNIQUE,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	closed_at		timestamptz,
+	CONSTRAINT tide_outbox_partitions_range_check CHECK (first_id <= last_id)
+);
+
+COMMENT ON TABLE tide.tide_outbox_partitions
+	IS 'Child tables of tide_outbox_messages, each holding one range of message ids';
+
 CREATE TABLE tide.tide_consumer_groups (
 	group_name			text PRIMARY KEY,
 	outbox_name			text NOT NULL
@@ -249,6 +270,8 @@ SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_partitions', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_consumer_groups', '');
 

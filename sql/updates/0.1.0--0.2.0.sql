@@ -69,3 +69,21 @@ CREATE INDEX relay_attempts_message ON tide.relay_attempts (message_id);
 -- lease the next in one call): a new signature, so the function is
 -- re-created.
 DROP FUNCTION tide.poll_outbox(text, text, integer, integer);
+
+-- The message table's children (sql/install/01_catalog.sql): 0.1.0's
+-- messages stay in tide_outbox_messages itself, where retention deletes
+-- them row by row as before; new messages go to the children that
+-- tide._outbox_partitions_maintain() creates.
+CREATE TABLE tide.tide_outbox_partitions (
+	first_id		bigint PRIMARY KEY,
+	last_id			bigint NOT NULL,
+	table_name		text NOT NULL UNIQUE,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	closed_at		timestamptz,
+	CONSTRAINT tide_outbox_partitions_range_check CHECK (first_id <= last_id)
+);
+
+COMMENT ON TABLE tide.tide_outbox_partitions
+	IS 'Child tables of tide_outbox_messages, each holding one range of message ids';
+
+SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_partitions', '');

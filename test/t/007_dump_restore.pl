@@ -9,7 +9,10 @@ use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode;
 
-my $node = tide_node('dump');
+# No relay worker: the child tables of the message table are made by this
+# test's own calls of tide._outbox_partitions_maintain() (the worker's), so
+# that the source and the restored database hold the same ones.
+my $node = tide_node('dump', "pg_tide.relay_enabled = off\n");
 $node->safe_psql('postgres', 'CREATE DATABASE source');
 $node->safe_psql('source', q{
 	CREATE EXTENSION pg_tide;
@@ -20,6 +23,12 @@ $node->safe_psql('source', q{
 	SELECT tide.commit_offset('g', 'c1', max(id)) FROM tide.poll_outbox('g', 'c1', 2);
 	SELECT count(*) FROM tide.poll_outbox('g', 'c1', 2);
 });
+# Child tables of the message table, and a message in one of them (a new
+# connection looks the children up).
+$node->safe_psql('source', 'SELECT tide._outbox_partitions_maintain()');
+is($node->safe_psql('source', q{SELECT tide.outbox_publish('orders', '{"n": 6}');
+	SELECT tableoid::regclass FROM tide.tide_outbox_messages WHERE id = 6}),
+	"6\ntide.tide_outbox_messages_6", 'a message in a child table before the dump');
 
 my $dump = PostgreSQL::Test::Utils::tempdir . '/source.sql';
 $node->command_ok([ 'pg_dump', '-d', $node->connstr('source'), '-f', $dump ], 'pg_dump');
@@ -35,15 +44,28 @@ my $query = q{
 };
 is($node->safe_psql('restored', $query), $node->safe_psql('source', $query),
 	'outboxes, messages, positions and leases are restored');
-is($node->safe_psql('restored', q{SELECT tide.outbox_publish('orders', '{"n": 6}')}), '6',
-	'publishing continues after the highest restored id');
+is($node->safe_psql('restored', q{SELECT tableoid::regclass FROM tide.tide_outbox_messages WHERE id = 6}),
+	'tide.tide_outbox_messages_6', 'the child table is restored with its message');
+is($node->safe_psql('restored', q{SELECT string_agg(table_name, ',' ORDER BY first_id) FROM tide.tide_outbox_partitions}),
+	$node->safe_psql('source', q{SELECT string_agg(table_name, ',' ORDER BY first_id) FROM tide.tide_outbox_partitions}),
+	'and the list of child tables');
+is($node->safe_psql('restored', q{SELECT tide.outbox_publish('orders', '{"n": 7}');
+	SELECT tableoid::regclass FROM tide.tide_outbox_messages WHERE id = 7}),
+	"7\ntide.tide_outbox_messages_6", 'publishing continues after the highest restored id, into the restored child');
 is($node->safe_psql('restored', q{
 	SELECT string_agg(payload->>'n', ',' ORDER BY id) FROM tide.poll_outbox('g', 'c1', 100)}),
 	'3,4', 'the restored lease is returned to its consumer');
 $node->safe_psql('restored', q{SELECT tide.commit_offset('g', 'c1', 4)});
 is($node->safe_psql('restored', q{
 	SELECT string_agg(payload->>'n', ',' ORDER BY id) FROM tide.poll_outbox('g', 'c1', 100)}),
-	'5,6', 'then the rest, none skipped');
+	'5,6,7', 'then the rest, none skipped');
+
+# The restored children are tied to the extension again by the next
+# maintenance (the relay worker's), so DROP EXTENSION drops them.
+$node->safe_psql('restored', 'SELECT tide._outbox_partitions_maintain()');
+$node->safe_psql('restored', 'DROP EXTENSION pg_tide');
+is($node->safe_psql('restored', q{SELECT count(*) FROM pg_class WHERE relname LIKE 'tide_outbox_messages%'}),
+	'0', 'DROP EXTENSION drops the restored child tables');
 
 $node->stop;
 done_testing();
