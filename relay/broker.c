@@ -59,6 +59,49 @@ RelayBrokerCredential(const cJSON *v, char **value, char **error)
 	return *value != NULL;
 }
 
+bool
+RelayConfigCheckTls(const cJSON *config, cJSON *out)
+{
+	static const char *const keys[] = {"ca_file", "cert_file", "key_file", "verify", NULL};
+	const char *hint = "Give \"tls\" as true, or as {\"ca_file\": \"/path/ca.pem\", \"cert_file\": ..., "
+		"\"key_file\": ..., \"verify\": true} with absolute file names.";
+	const cJSON *tls = cJSON_GetObjectItemCaseSensitive(config, "tls");
+	cJSON	   *o;
+
+	if (tls == NULL || cJSON_IsFalse(tls))
+	{
+		RelayConfigAddBool(out, "tls", false);
+		return false;
+	}
+	if (!cJSON_IsTrue(tls))
+	{
+		RelayConfigCheckType("tls", tls, "object", hint);
+		RelayConfigCheckKeys(tls, keys, NULL, "tls.");
+	}
+	o = RelayConfigAddObject(out, "tls");
+	for (int i = 0; i < 3 && cJSON_IsObject(tls); i++)
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(tls, keys[i]);
+		char	   *key = psprintf("tls.%s", keys[i]);
+
+		if (v == NULL)
+			continue;
+		RelayConfigCheckType(key, v, "string", hint);
+		if (v->valuestring[0] != '/')
+			RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", key, v->valuestring);
+		if (RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
+			RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
+		RelayConfigAddCopy(o, keys[i], v);
+	}
+	if (cJSON_IsObject(tls) &&
+		cJSON_HasObjectItem(tls, "cert_file") != cJSON_HasObjectItem(tls, "key_file"))
+		RelayConfigError("A client certificate needs its key: give both \"tls.cert_file\" and \"tls.key_file\", or neither.",
+						 "config key \"tls.%s\" is missing",
+						 cJSON_HasObjectItem(tls, "cert_file") ? "key_file" : "cert_file");
+	RelayConfigAddBool(o, "verify", RelayConfigBool(cJSON_IsObject(tls) ? tls : NULL, "verify", true));
+	return true;
+}
+
 #define PLACEHOLDER_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
 
 void

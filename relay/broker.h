@@ -56,6 +56,14 @@ extern void RelayConfigCheckCredential(const char *key, const cJSON *v);
 extern bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
 
 /*
+ * "tls": true, false (the default), or {"ca_file", "cert_file", "key_file",
+ * "verify"} with absolute file names, a client certificate's file and key
+ * together; normalised to false or to the object with "verify" filled in
+ * (true unless given). Whether TLS is on.
+ */
+extern bool RelayConfigCheckTls(const cJSON *config, cJSON *out);
+
+/*
  * Destination templates such as "orders.{type}": each {name} is the value
  * of the message's header `name` (a string as it is, a number or boolean
  * as its JSON text). RelayConfigCheckTemplate refuses a template that is

@@ -126,56 +126,6 @@ check_auth(const cJSON *auth, cJSON *out)
 	RelayConfigAddCopy(o, "password", password);
 }
 
-/* One of tls's file names: an absolute path. */
-static void
-check_tls_file(const cJSON *tls, const char *key, cJSON *out)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tls, key);
-	char	   *name = psprintf("tls.%s", key);
-	char	   *hint = psprintf("Give \"%s\" as the absolute name of a PEM file the server can read.", name);
-
-	if (v == NULL)
-		return;
-	RelayConfigCheckType(name, v, "string", hint);
-	if (v->valuestring[0] != '/' || RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
-		RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", name, v->valuestring);
-	RelayConfigAddCopy(out, key, v);
-}
-
-/*
- * tls: true, false, or {"ca_file", "cert_file", "key_file", "verify"};
- * stored as false or as the object with "verify" filled in.
- */
-static void
-check_tls(const cJSON *tls, cJSON *out)
-{
-	static const char *const keys[] = {"ca_file", "cert_file", "key_file", "verify", NULL};
-	const char *hint = "Give \"tls\" as true, or as {\"ca_file\": \"/path/ca.pem\", \"cert_file\": ..., "
-		"\"key_file\": ..., \"verify\": true}.";
-	cJSON	   *o;
-
-	if (tls == NULL || cJSON_IsFalse(tls))
-	{
-		RelayConfigAddBool(out, "tls", false);
-		return;
-	}
-	o = RelayConfigAddObject(out, "tls");
-	if (cJSON_IsTrue(tls))
-	{
-		RelayConfigAddBool(o, "verify", true);
-		return;
-	}
-	RelayConfigCheckType("tls", tls, "object", hint);
-	RelayConfigCheckKeys(tls, keys, NULL, "tls.");
-	check_tls_file(tls, "ca_file", o);
-	check_tls_file(tls, "cert_file", o);
-	check_tls_file(tls, "key_file", o);
-	if (cJSON_HasObjectItem(tls, "cert_file") != cJSON_HasObjectItem(tls, "key_file"))
-		RelayConfigError("Give \"tls.cert_file\" and \"tls.key_file\" together, for a client certificate.",
-						 "config key \"tls\" has one of \"cert_file\" and \"key_file\" without the other");
-	RelayConfigAddBool(o, "verify", RelayConfigBool(tls, "verify", true));
-}
-
 /* producer: an object of allowed librdkafka properties, values as strings. */
 static void
 check_producer(const cJSON *producer, cJSON *out)
@@ -225,7 +175,7 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)
 		check_auth(auth, out);
-	check_tls(cJSON_GetObjectItemCaseSensitive(config, "tls"), out);
+	RelayConfigCheckTls(config, out);
 	check_producer(cJSON_GetObjectItemCaseSensitive(config, "producer"), out);
 
 	/* librdkafka's own check of every property, a stand-in password for a reference */

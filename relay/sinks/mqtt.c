@@ -719,7 +719,7 @@ mqtt_open(const cJSON *config, RelaySinkOpened *opened)
 		opened->error = error;
 		return false;
 	}
-	if (tls != NULL)
+	if (cJSON_IsObject(tls))
 	{
 		c->tls = true;
 		c->ca_file = tls_string(tls, "ca_file");

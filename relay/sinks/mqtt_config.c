@@ -82,44 +82,6 @@ check_auth(const cJSON *config, cJSON *out)
 	RelayConfigAddCopy(out, "auth", auth);
 }
 
-/* "tls": true, or {"ca_file", "cert_file", "key_file", "verify"} with absolute paths. */
-static void
-check_tls(const cJSON *config, cJSON *out)
-{
-	static const char *const keys[] = {"ca_file", "cert_file", "key_file", "verify", NULL};
-	const char *hint = "Give \"tls\" as true, or as an object with \"ca_file\", \"cert_file\", \"key_file\" (absolute paths) and \"verify\".";
-	const cJSON *tls = cJSON_GetObjectItemCaseSensitive(config, "tls");
-	cJSON	   *o;
-
-	if (tls == NULL || cJSON_IsFalse(tls))
-		return;
-	if (cJSON_IsTrue(tls))
-	{
-		o = RelayConfigAddObject(out, "tls");
-		RelayConfigAddBool(o, "verify", true);
-		return;
-	}
-	RelayConfigCheckType("tls", tls, "object", hint);
-	RelayConfigCheckKeys(tls, keys, NULL, "tls.");
-	o = RelayConfigAddObject(out, "tls");
-	for (int i = 0; i < 3; i++)
-	{
-		char	   *key = psprintf("tls.%s", keys[i]);
-		const cJSON *v = plain_string(tls, keys[i], false, hint);
-
-		if (v == NULL)
-			continue;
-		if (v->valuestring[0] != '/')
-			RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", key, v->valuestring);
-		RelayConfigAddCopy(o, keys[i], v);
-	}
-	if (cJSON_HasObjectItem(tls, "cert_file") != cJSON_HasObjectItem(tls, "key_file"))
-		RelayConfigError("Give both \"tls.cert_file\" and \"tls.key_file\" for a client certificate, or neither.",
-						 "config key \"tls.%s\" is missing",
-						 cJSON_HasObjectItem(tls, "cert_file") ? "key_file" : "cert_file");
-	RelayConfigAddBool(o, "verify", RelayConfigBool(tls, "verify", true));
-}
-
 void
 RelayMqttValidate(const cJSON *config, cJSON *out)
 {
@@ -156,5 +118,5 @@ RelayMqttValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 100));
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 100, 600000, 10000));
 	check_auth(config, out);
-	check_tls(config, out);
+	RelayConfigCheckTls(config, out);
 }

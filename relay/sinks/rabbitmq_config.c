@@ -51,60 +51,6 @@ check_auth(const cJSON *auth)
 	RelayConfigCheckCredential("auth.password", cJSON_GetObjectItemCaseSensitive(auth, "password"));
 }
 
-/* An absolute file name of "tls". */
-static void
-check_tls_file(const cJSON *tls, const char *field)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tls, field);
-	char	   *key = psprintf("tls.%s", field);
-	const char *hint = psprintf("Give \"%s\" as an absolute file name that the server's operating system user can read.", key);
-
-	if (v == NULL)
-		return;
-	RelayConfigCheckType(key, v, "string", hint);
-	if (v->valuestring[0] != '/')
-		RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", key, v->valuestring);
-	if (RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
-		RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
-}
-
-/*
- * "tls": true or false, or {"ca_file", "cert_file", "key_file", "verify"};
- * normalised to the object, or to false.
- */
-static bool
-tls_config(const cJSON *config, cJSON *out)
-{
-	static const char *const keys[] = {"ca_file", "cert_file", "key_file", "verify", NULL};
-	const cJSON *tls = cJSON_GetObjectItemCaseSensitive(config, "tls");
-	const char *hint = "Give \"tls\" as true, or as an object with ca_file, cert_file, key_file and verify.";
-	cJSON	   *o;
-
-	if (tls == NULL || cJSON_IsFalse(tls))
-	{
-		RelayConfigAddBool(out, "tls", false);
-		return false;
-	}
-	if (!cJSON_IsTrue(tls))
-	{
-		RelayConfigCheckType("tls", tls, "object", hint);
-		RelayConfigCheckKeys(tls, keys, NULL, "tls.");
-		check_tls_file(tls, "ca_file");
-		check_tls_file(tls, "cert_file");
-		check_tls_file(tls, "key_file");
-		if (cJSON_HasObjectItem(tls, "cert_file") != cJSON_HasObjectItem(tls, "key_file"))
-			RelayConfigError("A client certificate needs its key: give both \"tls.cert_file\" and \"tls.key_file\", or neither.",
-							 "config key \"tls.%s\" is missing",
-							 cJSON_HasObjectItem(tls, "cert_file") ? "key_file" : "cert_file");
-	}
-	o = RelayConfigAddObject(out, "tls");
-	for (int i = 0; i < 3; i++)
-		if (cJSON_IsObject(tls) && cJSON_HasObjectItem(tls, keys[i]))
-			RelayConfigAddCopy(o, keys[i], cJSON_GetObjectItemCaseSensitive(tls, keys[i]));
-	RelayConfigAddBool(o, "verify", RelayConfigBool(cJSON_IsObject(tls) ? tls : NULL, "verify", true));
-	return true;
-}
-
 void
 RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 {
@@ -127,7 +73,7 @@ RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 		RelayConfigError(host_hint, "config key \"host\" must be a host name or address, not \"%s\"",
 						 host->valuestring);
 	RelayConfigAddCopy(out, "host", host);
-	tls = tls_config(config, out);
+	tls = RelayConfigCheckTls(config, out);
 	RelayConfigAddInt(out, "port", RelayConfigInt(config, "port", "port", 1, 65535,
 												  tls ? RABBITMQ_TLS_PORT : RABBITMQ_PORT));
 	if (vhost != NULL)
