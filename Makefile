@@ -64,7 +64,7 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS)
+EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) test/brokers/nats_tool
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -134,3 +134,8 @@ $(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell pkg-config --cflags $(call broker_pc,$*) 2>/dev/null)
 pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
 	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell pkg-config --libs $(call broker_pc,$*))
+
+# The JetStream client of the NATS sink's tests (test/t/042, 043).
+test/brokers/nats_tool: test/brokers/nats_tool.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs libnats) -lcjson
+installcheck: $(if $(filter nats,$(BROKER_BUILT)),test/brokers/nats_tool)
