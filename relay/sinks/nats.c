@@ -203,13 +203,21 @@ notified(int fd, uint32 events, void *arg)
 		p->batch->ready = true;
 }
 
-/* The text of nats.c's last error on this thread, or of the status. */
+/*
+ * The text of nats.c's last error on this thread, without the source
+ * position it starts with ("(conn.c:2088): "), or of the status.
+ */
 static const char *
 last_error(natsStatus s)
 {
 	const char *text = nats_GetLastError(NULL);
+	const char *after;
 
-	return text && text[0] ? text : natsStatus_GetText(s);
+	if (text == NULL || text[0] == '\0')
+		return natsStatus_GetText(s);
+	if (text[0] == '(' && (after = strstr(text, "): ")) != NULL)
+		return after + 3;
+	return text;
 }
 
 /* Drops the connection (a closed one, or at close). */
@@ -284,7 +292,7 @@ connect_if_needed(NatsPipeline *p, NatsBatch *nb)
 		s = natsOptions_SkipServerVerification(opts, true);
 	if (s != NATS_OK)
 	{
-		nb->failed_class = s == NATS_SSL_ERROR ? "tls" : RELAY_CLASS_CONNECTION;
+		nb->failed_class = RELAY_CLASS_CONNECTION;
 		snprintf(nb->failed, sizeof(nb->failed), "%s: cannot set up the connection: %s",
 				 nb->failed_class, last_error(s));
 		natsOptions_Destroy(opts);

@@ -12,8 +12,9 @@
  *	nats_tool URL count STREAM
  *		prints the number of messages in the stream
  *
- * NATS_USER and NATS_PASSWORD, when set, authenticate. Exits 1 with the
- * error on stderr on any failure.
+ * NATS_USER and NATS_PASSWORD, or NATS_TOKEN, when set, authenticate;
+ * NATS_CA_FILE is the CA of a TLS server. Exits 1 with the error on
+ * stderr on any failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,12 @@ main(int argc, char **argv)
 		(s = natsOptions_SetTimeout(opts, 5000)) != NATS_OK)
 		die("options", s, 0);
 	if (getenv("NATS_USER") && (s = natsOptions_SetUserInfo(opts, getenv("NATS_USER"), getenv("NATS_PASSWORD"))) != NATS_OK)
+		die("options", s, 0);
+	if (getenv("NATS_TOKEN") && (s = natsOptions_SetToken(opts, getenv("NATS_TOKEN"))) != NATS_OK)
+		die("options", s, 0);
+	if (getenv("NATS_CA_FILE") &&
+		((s = natsOptions_SetSecure(opts, true)) != NATS_OK ||
+		 (s = natsOptions_LoadCATrustedCertificates(opts, getenv("NATS_CA_FILE"))) != NATS_OK))
 		die("options", s, 0);
 	if ((s = natsConnection_Connect(&nc, opts)) != NATS_OK)
 		die("connect", s, 0);

@@ -3,7 +3,9 @@
 # test's directory, and test/brokers/nats_tool, a nats.c client, to make
 # streams and read them back.
 #
-#   my $nats = PgTide::NatsServer->new(dir => $dir);   # user => 'u', password => 'p'
+#   my $nats = PgTide::NatsServer->new(dir => $dir);   # user => 'u', password => 'p',
+#                                    # token => 't', tls_cert => $pem, tls_key => $key,
+#                                    # port => $port (else a free one)
 #   $nats->start;                    # dies if nats-server is missing or does not start
 #   $nats->url;                      # nats://127.0.0.1:<port>
 #   $nats->create_stream('ORDERS', 'orders.>', 120);  # duplicate window in seconds,
@@ -29,11 +31,11 @@ sub new
 {
 	my ($class, %args) = @_;
 	croak 'PgTide::NatsServer->new needs dir' unless defined $args{dir};
-	return bless { %args, port => undef, h => undef, json => JSON::PP->new->utf8 }, $class;
+	return bless { port => undef, %args, h => undef, json => JSON::PP->new->utf8 }, $class;
 }
 
 sub port { return $_[0]{port} }
-sub url { return "nats://127.0.0.1:$_[0]{port}" }
+sub url { return ($_[0]{tls_cert} ? 'tls' : 'nats') . "://127.0.0.1:$_[0]{port}" }
 
 # Whether something accepts connections on the port.
 sub _listening
@@ -63,6 +65,9 @@ sub start
 		my $store = "$self->{dir}/nats-$self->{port}";
 		my @cmd = ($bin, '-js', '-a', '127.0.0.1', '-p', $self->{port}, '-sd', $store);
 		push @cmd, '--user', $self->{user}, '--pass', $self->{password} if defined $self->{user};
+		push @cmd, '--auth', $self->{token} if defined $self->{token};
+		push @cmd, '--tls', '--tlscert', $self->{tls_cert}, '--tlskey', $self->{tls_key}
+		  if defined $self->{tls_cert};
 		my $log = "$self->{dir}/nats-$self->{port}.log";
 		$self->{h} = IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>>', $log);
 		my $deadline = time() + 10;
@@ -93,6 +98,8 @@ sub tool
 	my ($self, @args) = @_;
 	local $ENV{NATS_USER} = $self->{user} if defined $self->{user};
 	local $ENV{NATS_PASSWORD} = $self->{password} if defined $self->{user};
+	local $ENV{NATS_TOKEN} = $self->{token} if defined $self->{token};
+	local $ENV{NATS_CA_FILE} = $self->{tls_cert} if defined $self->{tls_cert};
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ $tool, $self->url, @args ], '<', \undef, '>', \$out, '2>', \$err)
 	  or croak "nats_tool @args failed: $err";
