@@ -30,10 +30,13 @@
  *
  * Classes (broker.h; docs/sinks/nats.md): no connection, a lost one, or a
  * connection refused for authentication is the destination's failure
- * (connection, auth); "no responders" (no stream takes the subject) and
- * a subject outside the named stream are unknown_destination, a message
- * over the server's max_payload or the stream's max_msg_size too_large,
- * a sealed stream refused: permanent; no answer in time is timeout and a
+ * (connection, auth); a subject outside the named stream is
+ * unknown_destination, a message over the server's max_payload or the
+ * stream's max_msg_size too_large, a sealed stream or a header NATS
+ * cannot carry refused: permanent; "no responders" (no stream takes the
+ * subject, or none does for the moment: a server shutting down answers
+ * it) is unknown_destination too but retryable, dead-lettered once
+ * retry.max_attempts ran out; no answer in time is timeout and a
  * JetStream storage error (stream full with discard new, storage
  * resources) or any other JetStream API error broker: retryable.
  */
@@ -354,9 +357,14 @@ classify_answer(NatsBatch *nb, int i, const NatsAnswer *a)
 {
 	char		error[256];
 
+	/*
+	 * Retryable, not permanent: JetStream answers it for a subject no
+	 * stream takes, but also while a server shuts down (its streams stop
+	 * before its connections close) or a stream has no leader yet.
+	 */
 	if (a->err == NATS_NO_RESPONDERS)
 	{
-		fail(nb, i, RELAY_PERMANENT, RELAY_CLASS_UNKNOWN_DESTINATION,
+		fail(nb, i, RELAY_RETRYABLE, RELAY_CLASS_UNKNOWN_DESTINATION,
 			 "unknown_destination: no JetStream stream takes the message's subject (no responders)", false);
 		return;
 	}

@@ -11,6 +11,9 @@
  *		JSON line: {"seq": n, "subject": ..., "headers": {name: value}, "body": "..."}
  *	nats_tool URL count STREAM
  *		prints the number of messages in the stream
+ *	nats_tool URL silent SUBJECT
+ *		subscribes to SUBJECT (core NATS) and never answers, until stdin
+ *		closes: a publish there is heard but never acknowledged
  *
  * NATS_USER and NATS_PASSWORD, or NATS_TOKEN, when set, authenticate;
  * NATS_CA_FILE is the CA of a TLS server. Exits 1 with the error on
@@ -181,6 +184,20 @@ main(int argc, char **argv)
 		else if (si->State.Msgs > 0)
 			dump(js, argv[3], si->Config->Subjects[0], si->State.Msgs);
 		jsStreamInfo_Destroy(si);
+	}
+	else if (strcmp(argv[2], "silent") == 0)
+	{
+		natsSubscription *sub = NULL;
+		char		line[64];
+
+		if ((s = natsConnection_SubscribeSync(&sub, nc, argv[3])) != NATS_OK ||
+			(s = natsConnection_Flush(nc)) != NATS_OK)
+			die("subscribe", s, 0);
+		printf("subscribed\n");
+		fflush(stdout);
+		while (fgets(line, sizeof(line), stdin) != NULL)
+			;
+		natsSubscription_Destroy(sub);
 	}
 	else
 	{

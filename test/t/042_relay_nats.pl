@@ -10,8 +10,9 @@
 #     nothing lost, nothing twice;
 #  4. refused messages are dead-lettered with their class (too_large from
 #     the stream's max_msg_size and from the server's max_payload,
-#     unknown_destination for a subject no stream takes, template); a full
-#     stream (discard new) is a retryable broker failure;
+#     template), unknown_destination for a subject no stream takes after
+#     retry.max_attempts; a full stream (discard new) is a retryable broker
+#     failure;
 #  5. bad configs are refused by relay_set_outbox with 22023 and a hint.
 use strict;
 use warnings;
@@ -239,7 +240,8 @@ is_deeply([ $envelope->{id}, $envelope->{message_id}, $envelope->{payload}, $env
 	  sqlv("SELECT message_id, reason, last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'to_refuse'");
 	is($dlq{ $id{stream_max} }, 'permanent too_large', 'test 4: over the stream\'s max_msg_size: too_large, permanent');
 	is($dlq{ $id{max_payload} }, 'permanent too_large', 'test 4: over the server\'s max_payload: too_large, permanent');
-	is($dlq{ $id{no_stream} }, 'permanent unknown_destination', 'test 4: a subject no stream takes: unknown_destination, permanent');
+	is($dlq{ $id{no_stream} }, 'exhausted unknown_destination',
+		'test 4: a subject no stream takes: unknown_destination, retried (a server shutting down answers the same) until retry.max_attempts');
 	is($dlq{ $id{no_header} }, 'permanent template', 'test 4: a template header missing: template, permanent');
 	is($dlq{ $id{bad_subject} }, 'permanent template', 'test 4: a subject with a space: template, permanent');
 	is($dlq{ $id{full2} }, 'exhausted broker', 'test 4: a full stream (discard new): broker, retried until retry.max_attempts');

@@ -9,7 +9,9 @@
 #  3. a token;
 #  4. TLS (tls:// with the server's CA): delivered; without the CA the
 #     certificate is refused (class connection, held);
-#  5. ordering "key" with many in flight: each key's messages in order.
+#  5. ordering "key" with many in flight: each key's messages in order;
+#  6. a publish heard but never acknowledged: class timeout, retried, then
+#     dead-lettered as exhausted.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -201,6 +203,28 @@ sub dead_letters
 	}
 	is($out_of_order, 0, 'test 5: no key\'s messages out of order');
 	is(scalar(keys %last), 7, 'test 5: seven keys');
+}
+
+###########################################################################
+# 6. No acknowledgement: a core subscriber, not a stream, hears the subject.
+###########################################################################
+{
+	sqlv("SELECT tide.outbox_create('slow')");
+	my $nats = PgTide::NatsServer->new(dir => $dir);
+	push @servers, $nats;
+	$nats->start;
+	my $silent = $nats->silent('slow.x');
+	set_pipeline('slow', { servers => $nats->url, timeout_ms => 500,
+			retry => { base_ms => 100, cap_ms => 200, max_attempts => 2 } });
+	my ($id) = publish('slow', 1);
+	ok($node->poll_query_until('postgres',
+			"SELECT reason = 'exhausted' AND last_error_class = 'timeout'
+			   FROM tide.relay_dlq WHERE pipeline_id = 'slow' AND message_id = $id"),
+		'test 6: never acknowledged: class timeout, dead-lettered once retry.max_attempts ran out');
+	is(sqlv("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'slow' AND message_id = $id
+			   AND status = 'failed' AND error_class = 'timeout'"), '2',
+		'test 6: two attempts, each a timeout');
+	$silent->kill_kill;
 }
 
 $_->stop for @servers;

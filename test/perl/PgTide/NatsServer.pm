@@ -11,6 +11,8 @@
 #   $nats->create_stream('ORDERS', 'orders.>', 120);  # duplicate window in seconds,
 #                                    # then max_msg_size, max_msgs (discard new)
 #   my @m = $nats->messages('ORDERS');   # hashrefs: seq, subject, headers, body
+#   my $h = $nats->silent('slow.x');   # a core subscriber that never answers;
+#                                    # $h->kill_kill ends it
 #   $nats->stop;                     # SIGKILL; start again: same port, same store
 package PgTide::NatsServer;
 
@@ -26,6 +28,14 @@ use PostgreSQL::Test::Cluster;
 use Time::HiRes qw(time usleep);
 
 my $tool = abs_path(dirname(abs_path(__FILE__)) . '/../../brokers') . '/nats_tool';
+
+# The servers running, by pid: killed at exit even when the test dies
+# (IPC::Run cannot be relied on during global destruction).
+my %running;
+END
+{
+	kill 'KILL', keys %running;
+}
 
 sub new
 {
@@ -71,6 +81,7 @@ sub start
 		my $log = "$self->{dir}/nats-$self->{port}.log";
 		$self->{h} = IPC::Run::start(\@cmd, '<', \undef, '>>', $log, '2>>', $log);
 		my $deadline = time() + 10;
+		$running{ $self->{h}{KIDS}[0]{PID} } = 1;
 		while (time() < $deadline && $self->{h}->pumpable)
 		{
 			return $self if $self->_listening;
@@ -88,6 +99,7 @@ sub stop
 {
 	my ($self) = @_;
 	return unless $self->{h};
+	delete $running{ $self->{h}{KIDS}[0]{PID} };
 	$self->{h}->kill_kill(grace => 0);
 	$self->{h} = undef;
 	return;
@@ -126,6 +138,18 @@ sub messages
 {
 	my ($self, $stream) = @_;
 	return map { $self->{json}->decode($_) } split /\n/, $self->tool('dump', $stream);
+}
+
+# A core NATS subscriber on $subject that never answers (a JetStream
+# publish there is heard, so not "no responders", and never acknowledged).
+sub silent
+{
+	my ($self, $subject) = @_;
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start([ $tool, $self->url, 'silent', $subject ], '<', \$in, '>', \$out,
+		IPC::Run::timeout(10));
+	$h->pump until $out =~ /subscribed/;
+	return $h;
 }
 
 sub DESTROY
