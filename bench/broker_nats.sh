@@ -195,13 +195,13 @@ LISTEN_PID=""
 # k-th transaction (end: epoch seconds and microseconds, fields 5 and 6)
 # against the k-th message by id.
 sort -t: -k2,2n "$TIDE_CLUSTER/arrivals.txt" | awk '{ print $2 }' >"$TIDE_CLUSTER/arrive_us.txt"
-awk '{ print $5 * 1000000 + $6 }' "$TIDE_CLUSTER"/pgbench_lat.[0-9]* >"$TIDE_CLUSTER/commit_us.txt"
-read -r sent got p50 p99 < <(paste "$TIDE_CLUSTER/commit_us.txt" "$TIDE_CLUSTER/arrive_us.txt" | awk '
-	NF == 2 { d[++n] = ($2 - $1) / 1000 } NF >= 1 { s++ }
-	END {
-		asort(d)
-		printf "%d %d %.2f %.2f\n", s, n, d[int((n + 1) / 2)], d[int(n * 0.99 + 0.5)]
-	}')
+awk '{ printf "%.0f\n", $5 * 1000000 + $6 }' "$TIDE_CLUSTER"/pgbench_lat.[0-9]* >"$TIDE_CLUSTER/commit_us.txt"
+sent=$(wc -l <"$TIDE_CLUSTER/commit_us.txt")
+paste "$TIDE_CLUSTER/commit_us.txt" "$TIDE_CLUSTER/arrive_us.txt" |
+	awk 'NF == 2 { print ($2 - $1) / 1000 }' | sort -g >"$TIDE_CLUSTER/latency_ms.txt"
+got=$(wc -l <"$TIDE_CLUSTER/latency_ms.txt")
+p50=$(awk -v n="$got" 'NR == int((n + 1) / 2) { print; exit }' "$TIDE_CLUSTER/latency_ms.txt")
+p99=$(awk -v n="$got" 'NR == int(n * 0.99 + 0.5) { print; exit }' "$TIDE_CLUSTER/latency_ms.txt")
 bench_record nats_latency_ms p50 1 "$p50"
 bench_record nats_latency_ms p99 1 "$p99"
 printf '  %d published, %d arrived; commit to arrival p50 %.2f ms, p99 %.2f ms\n' "$sent" "$got" "$p50" "$p99"
