@@ -626,17 +626,20 @@ nats_start(void *state, RelaySinkBatch *batch)
 	}
 	MemoryContextSwitchTo(old);
 
-	/* answers still queued were to messages of earlier batches, taken back */
-	pthread_mutex_lock(&p->shared->lock);
-	p->shared->nanswers = 0;
-	nb->disconnects = p->shared->disconnects;
-	pthread_mutex_unlock(&p->shared->lock);
 	p->batch = batch;
 	if (connect_if_needed(p, nb) && !connected(p))
 	{
 		nb->failed_class = RELAY_CLASS_CONNECTION;
 		snprintf(nb->failed, sizeof(nb->failed), "connection: the connection to NATS is lost; reconnecting");
 	}
+	/*
+	 * Answers still queued were to messages of earlier batches, taken
+	 * back; a loss of the connection counts from here on.
+	 */
+	pthread_mutex_lock(&p->shared->lock);
+	p->shared->nanswers = 0;
+	nb->disconnects = p->shared->disconnects;
+	pthread_mutex_unlock(&p->shared->lock);
 	batch->ready = true;
 }
 
@@ -659,7 +662,7 @@ nats_progress(void *state, RelaySinkBatch *batch)
 	MemoryContextSwitchTo(old);
 	if (nb->lost)
 		nb->w.stopped = true;
-	if (RelaySendWindowFinished(&nb->w) && nb->w.in_flight == 0)
+	if (RelaySendWindowFinished(&nb->w))
 		return true;
 	if (nb->lost || GetCurrentTimestamp() >= nb->w.deadline)
 	{
