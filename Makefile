@@ -67,7 +67,8 @@ PROVE_TESTS = test/t/*.pl
 # installcheck, not part of the extension's all.
 EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) \
 	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client \
-	test/brokers/rabbitmq_read
+	test/brokers/rabbitmq_read \
+	test/brokers/nats_tool
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -158,3 +159,8 @@ test/brokers/kafka_mock bench/brokers/kafka_client: %: %.c
 test/brokers/kafka_consume: test/brokers/kafka_consume.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
 installcheck: test/brokers/kafka_mock test/brokers/kafka_consume
+
+# The JetStream client of the NATS sink's tests (test/t/042, 043).
+test/brokers/nats_tool: test/brokers/nats_tool.c
+	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs libnats) -lcjson
+installcheck: $(if $(filter nats,$(BROKER_BUILT)),test/brokers/nats_tool)

@@ -1,0 +1,17 @@
+/*
+ * nats_sink.h
+ *		What the NATS JetStream sink's two files share: nats.c (the routine
+ *		and the delivery) and nats_config.c (the validator of its keys).
+ *		Not named nats.h, which is nats.c's client library's header.
+ */
+#ifndef TIDE_NATS_SINK_H
+#define TIDE_NATS_SINK_H
+
+#include <cjson/cJSON.h>
+
+extern const char *const RelayNatsConfigKeys[];
+extern void RelayNatsValidate(const cJSON *config, cJSON *out);
+/* Refuses a value that is not an absolute file name (22023, with a hint). */
+extern void RelayNatsCheckPath(const char *key, const cJSON *v);
+
+#endif							/* TIDE_NATS_SINK_H */
