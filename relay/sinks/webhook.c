@@ -47,7 +47,9 @@
  * address). Proxies are switched off, and pipelines with and without
  * allow_private_network use separate multi handles, so they never share a
  * connection. Each multi handle keeps at most pg_tide.relay_max_connections
- * connections open.
+ * connections open, and at most WEBHOOK_HOST_CONNECTIONS to one host: a
+ * request is handed to curl only when one of its host's is free, and the
+ * batches that find none wait for one in turn (WebhookHost).
  *
  * Runs with no transaction open. No callback raises an ERROR or allocates
  * with palloc (an ERROR would longjmp through libcurl); every failure is
@@ -330,19 +332,17 @@ slot_take(WebhookRequest *r)
 static void
 slot_give(WebhookHost *h)
 {
+	WebhookBatch *next;
+
 	if (dlist_is_empty(&h->waiting))
 	{
 		h->running--;
 		return;
 	}
-	{
-		WebhookBatch *next = dlist_container(WebhookBatch, wait_node,
-											 dlist_pop_head_node(&h->waiting));
-
-		next->waiting = false;
-		next->handed++;
-		next->batch->ready = true;
-	}
+	next = dlist_container(WebhookBatch, wait_node, dlist_pop_head_node(&h->waiting));
+	next->waiting = false;
+	next->handed++;
+	next->batch->ready = true;
 }
 
 /* A request no longer in flight gives its connection on. */
