@@ -14,6 +14,12 @@
 #include "events.h"
 
 /*
+ * Every function here, in config_value.h, sink.h and events.h is marked
+ * PGDLLEXPORT: the broker modules call them in pg_tide.so, which
+ * PostgreSQL 16 and later build with hidden symbols by default.
+ */
+
+/*
  * The headers every broker sink sets where its protocol has headers
  * (Kafka headers, NATS headers, AMQP properties' headers, MQTT 5 user
  * properties), before the message's own headers, each under its name;
@@ -52,8 +58,8 @@
  * NULL for an absent key; false, with *error, when a reference cannot be
  * read (the pipeline's error, and set opened->read_secrets).
  */
-extern void RelayConfigCheckCredential(const char *key, const cJSON *v);
-extern bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
+extern PGDLLEXPORT void RelayConfigCheckCredential(const char *key, const cJSON *v);
+extern PGDLLEXPORT bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
 
 /*
  * "tls": true, false (the default), or {"ca_file", "cert_file", "key_file",
@@ -61,7 +67,7 @@ extern bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
  * together; normalised to false or to the object with "verify" filled in
  * (true unless given). Whether TLS is on.
  */
-extern bool RelayConfigCheckTls(const cJSON *config, cJSON *out);
+extern PGDLLEXPORT bool RelayConfigCheckTls(const cJSON *config, cJSON *out);
 
 /*
  * Destination templates such as "orders.{type}": each {name} is the value
@@ -72,8 +78,8 @@ extern bool RelayConfigCheckTls(const cJSON *config, cJSON *out);
  * to out, or returns false with error set (class "template", permanent)
  * when a header is missing, null, an object or an array, or empty.
  */
-extern void RelayConfigCheckTemplate(const char *key, const cJSON *v, const char *hint);
-extern bool RelayBrokerExpand(const char *tmpl, const RelayMessage *m, StringInfo out,
+extern PGDLLEXPORT void RelayConfigCheckTemplate(const char *key, const cJSON *v, const char *hint);
+extern PGDLLEXPORT bool RelayBrokerExpand(const char *tmpl, const RelayMessage *m, StringInfo out,
 							  char *error, size_t errsize);
 
 /*
@@ -83,7 +89,7 @@ extern bool RelayBrokerExpand(const char *tmpl, const RelayMessage *m, StringInf
  * value as its JSON text). value is valid during the call only.
  */
 typedef void (*RelayHeaderCallback) (const char *name, const char *value, void *arg);
-extern void RelayBrokerForEachHeader(const RelayMessage *m, RelayHeaderCallback cb, void *arg);
+extern PGDLLEXPORT void RelayBrokerForEachHeader(const RelayMessage *m, RelayHeaderCallback cb, void *arg);
 
 /*
  * Waking the loop from a client library's own thread (librdkafka, nats.c,
@@ -98,10 +104,10 @@ typedef struct RelayNotifier
 	RelayWatch *watch;
 } RelayNotifier;
 
-extern bool RelayNotifierOpen(RelayNotifier *n, RelayFdCallback callback, void *arg);
-extern void RelayNotifierSignal(RelayNotifier *n);
-extern void RelayNotifierDrain(RelayNotifier *n);
-extern void RelayNotifierClose(RelayNotifier *n);
+extern PGDLLEXPORT bool RelayNotifierOpen(RelayNotifier *n, RelayFdCallback callback, void *arg);
+extern PGDLLEXPORT void RelayNotifierSignal(RelayNotifier *n);
+extern PGDLLEXPORT void RelayNotifierDrain(RelayNotifier *n);
+extern PGDLLEXPORT void RelayNotifierClose(RelayNotifier *n);
 
 /*
  * Which messages of a batch may be sent now (send_window.c): at most
@@ -134,17 +140,17 @@ typedef struct RelaySendWindow
 	long		timeout_ms;
 } RelaySendWindow;
 
-extern void RelaySendWindowInit(RelaySendWindow *w, RelaySinkBatch *batch,
+extern PGDLLEXPORT void RelaySendWindowInit(RelaySendWindow *w, RelaySinkBatch *batch,
 								int max_in_flight, long timeout_ms);
 /* The next message to send now (marked in flight), or -1. */
-extern int	RelaySendWindowNext(RelaySendWindow *w);
+extern PGDLLEXPORT int	RelaySendWindowNext(RelaySendWindow *w);
 /*
  * Message i's answer: acknowledged or not; stop: no more messages are
  * sent (the destination failed, or ordering 'strict' after a failure,
  * which RelaySendWindowDone applies by itself).
  */
-extern void RelaySendWindowDone(RelaySendWindow *w, int i, bool acked, bool stop);
+extern PGDLLEXPORT void RelaySendWindowDone(RelaySendWindow *w, int i, bool acked, bool stop);
 /* Whether nothing is in flight and nothing more will be sent. */
-extern bool RelaySendWindowFinished(RelaySendWindow *w);
+extern PGDLLEXPORT bool RelaySendWindowFinished(RelaySendWindow *w);
 
 #endif							/* TIDE_BROKER_H */

@@ -22,27 +22,27 @@
 #include "utils/jsonb.h"
 
 /* The cJSON tree of a jsonb value, numbers as their text (see above). */
-extern cJSON *RelayConfigFromJsonb(Jsonb *jb);
+extern PGDLLEXPORT cJSON *RelayConfigFromJsonb(Jsonb *jb);
 
 /* The jsonb of a normalised config built by a validator. */
-extern Jsonb *RelayConfigToJsonb(const cJSON *config);
+extern PGDLLEXPORT Jsonb *RelayConfigToJsonb(const cJSON *config);
 
 /* Raises 22023 with this message and hint. */
 #if PG_VERSION_NUM >= 180000
 /* 18 spells "never returns" as a prefix, earlier versions as an attribute. */
-extern pg_noreturn void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3);
+extern PGDLLEXPORT pg_noreturn void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3);
 #else
-extern void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
+extern PGDLLEXPORT void RelayConfigError(const char *hint, const char *fmt,...) pg_attribute_printf(2, 3) pg_attribute_noreturn();
 #endif
 
 /* The JSON type of a value as jsonb_typeof names it; "missing" for NULL. */
-extern const char *RelayConfigTypeName(const cJSON *v);
+extern PGDLLEXPORT const char *RelayConfigTypeName(const cJSON *v);
 
 /*
  * Refuses a value whose JSON type is not `type` ("object", "array",
  * "string", "number", "boolean"); NULL counts as missing.
  */
-extern void RelayConfigCheckType(const char *key, const cJSON *v, const char *type,
+extern PGDLLEXPORT void RelayConfigCheckType(const char *key, const cJSON *v, const char *type,
 								 const char *hint);
 
 /*
@@ -50,49 +50,49 @@ extern void RelayConfigCheckType(const char *key, const cJSON *v, const char *ty
  * known and (when not NULL) more; prefix names the parent object in
  * messages ("retry."). The first unknown name in byte order is named.
  */
-extern void RelayConfigCheckKeys(const cJSON *obj, const char *const *known,
+extern PGDLLEXPORT void RelayConfigCheckKeys(const cJSON *obj, const char *const *known,
 								 const char *const *more, const char *prefix);
 
 /*
  * The integer member `field` of obj (key names it in messages), within
  * [min, max], or dflt when absent.
  */
-extern int	RelayConfigInt(const cJSON *obj, const char *field, const char *key,
+extern PGDLLEXPORT int	RelayConfigInt(const cJSON *obj, const char *field, const char *key,
 						   int min, int max, int dflt);
 
 /* The boolean member `key` of obj, or dflt when absent. */
-extern bool RelayConfigBool(const cJSON *obj, const char *key, bool dflt);
+extern PGDLLEXPORT bool RelayConfigBool(const cJSON *obj, const char *key, bool dflt);
 
 /*
  * The string member `key` of obj, one of the NULL-terminated list allowed,
  * or dflt when absent (missing is an error when dflt is NULL).
  */
-extern const char *RelayConfigChoice(const cJSON *obj, const char *key,
+extern PGDLLEXPORT const char *RelayConfigChoice(const cJSON *obj, const char *key,
 									 const char *const *allowed, const char *dflt);
 
 /*
  * Refuses a value that is not a reference to a secret kept outside the
  * database: {"env": "PG_TIDE_..."} or {"file": "<plain file name>"}.
  */
-extern void RelayConfigCheckSecretRef(const char *key, const cJSON *ref);
+extern PGDLLEXPORT void RelayConfigCheckSecretRef(const char *key, const cJSON *ref);
 
 /* Whether a string matches a regular expression, as SQL's ~ matches it. */
-extern bool RelayConfigMatches(const char *s, const char *pattern);
+extern PGDLLEXPORT bool RelayConfigMatches(const char *s, const char *pattern);
 
 /* A numeric's text as a message shows it (1e-400 as 1.000e-400). */
-extern char *RelayConfigNumberText(const char *numeric_text);
+extern PGDLLEXPORT char *RelayConfigNumberText(const char *numeric_text);
 
 /*
  * Adding to the normalised config: a number (as its text), an integer, a
  * boolean, a string, or a copy of a value of the user's config.
  */
-extern void RelayConfigAddNumberText(cJSON *out, const char *name, const char *text);
-extern void RelayConfigAddInt(cJSON *out, const char *name, int value);
-extern void RelayConfigAddBool(cJSON *out, const char *name, bool value);
-extern void RelayConfigAddString(cJSON *out, const char *name, const char *value);
-extern void RelayConfigAddCopy(cJSON *out, const char *name, const cJSON *value);
+extern PGDLLEXPORT void RelayConfigAddNumberText(cJSON *out, const char *name, const char *text);
+extern PGDLLEXPORT void RelayConfigAddInt(cJSON *out, const char *name, int value);
+extern PGDLLEXPORT void RelayConfigAddBool(cJSON *out, const char *name, bool value);
+extern PGDLLEXPORT void RelayConfigAddString(cJSON *out, const char *name, const char *value);
+extern PGDLLEXPORT void RelayConfigAddCopy(cJSON *out, const char *name, const cJSON *value);
 
 /* A new empty object added to out under name. */
-extern cJSON *RelayConfigAddObject(cJSON *out, const char *name);
+extern PGDLLEXPORT cJSON *RelayConfigAddObject(cJSON *out, const char *name);
 
 #endif							/* TIDE_CONFIG_VALUE_H */

@@ -36,17 +36,17 @@ typedef struct RelayTimer
  * on, and the sink's own deadline ends its batch). No palloc, no ERROR:
  * libraries call it from their callbacks.
  */
-extern RelayWatch *RelayEventsWatch(RelayWatch *w, int fd, uint32 events,
+extern PGDLLEXPORT RelayWatch *RelayEventsWatch(RelayWatch *w, int fd, uint32 events,
 									RelayFdCallback callback, void *arg);
 /* Stops watching (w may be NULL); no ERROR. */
-extern void RelayEventsUnwatch(RelayWatch *w);
+extern PGDLLEXPORT void RelayEventsUnwatch(RelayWatch *w);
 /* Sets a timer to fire in ms milliseconds; ms < 0 switches it off. No ERROR. */
-extern void RelayTimerSet(RelayTimer *t, long ms);
+extern PGDLLEXPORT void RelayTimerSet(RelayTimer *t, long ms);
 
 /* For the worker loop (worker.c). */
-extern int	RelayEventsFd(void);
-extern void RelayEventsDispatch(void);
-extern TimestampTz RelayTimersEarliest(void);
-extern void RelayTimersFire(TimestampTz now);
+extern PGDLLEXPORT int	RelayEventsFd(void);
+extern PGDLLEXPORT void RelayEventsDispatch(void);
+extern PGDLLEXPORT TimestampTz RelayTimersEarliest(void);
+extern PGDLLEXPORT void RelayTimersFire(TimestampTz now);
 
 #endif							/* TIDE_EVENTS_H */

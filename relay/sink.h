@@ -188,9 +188,9 @@ typedef struct RelaySinkRoutine
  * (an ERROR, 42704, when it cannot be); the routine if it is built in or
  * already loaded, else NULL; the i-th type's name, from 0.
  */
-extern const RelaySinkRoutine *RelaySinkLoad(const char *name);
-extern const RelaySinkRoutine *RelaySinkLookup(const char *name);
-extern const char *RelaySinkNameAt(int i);
+extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLoad(const char *name);
+extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLookup(const char *name);
+extern PGDLLEXPORT const char *RelaySinkNameAt(int i);
 
 /* Sets one message's failure. */
 static inline void
@@ -207,19 +207,19 @@ RelaySetFailure(RelayMessageOutcome *o, RelayOutcome outcome, const char *error_
  * clean_text.c: text from outside (an answer, an error built around it) as
  * the database can store it; no palloc, no ERROR.
  */
-extern size_t RelayCleanText(char *dst, size_t dstsize, const char *src, size_t srclen);
+extern PGDLLEXPORT size_t RelayCleanText(char *dst, size_t dstsize, const char *src, size_t srclen);
 
 /* message.c */
-extern void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
-extern void RelayAppendMessageJson(StringInfo buf, const RelayMessage *m);
+extern PGDLLEXPORT void RelayMessageIdentity(char *buf, size_t size, const char *outbox, int64 id);
+extern PGDLLEXPORT void RelayAppendMessageJson(StringInfo buf, const RelayMessage *m);
 
 /* config_read.c: members of a validated pipeline config as the relay reads them. */
-extern const cJSON *RelayConfigMember(const cJSON *obj, const char *key);
-extern char *RelayConfigString(const cJSON *obj, const char *key);
-extern bool RelayConfigStringIs(const cJSON *obj, const char *key, const char *value);
-extern bool RelayConfigIs(const cJSON *obj, const char *key, bool want_true);
-extern double RelayConfigNumberOr(const cJSON *obj, const char *key, double dflt);
-extern int	RelayConfigIntOr(const cJSON *obj, const char *key, int dflt);
-extern char *RelayConfigJsonText(const cJSON *obj, const char *key);
+extern PGDLLEXPORT const cJSON *RelayConfigMember(const cJSON *obj, const char *key);
+extern PGDLLEXPORT char *RelayConfigString(const cJSON *obj, const char *key);
+extern PGDLLEXPORT bool RelayConfigStringIs(const cJSON *obj, const char *key, const char *value);
+extern PGDLLEXPORT bool RelayConfigIs(const cJSON *obj, const char *key, bool want_true);
+extern PGDLLEXPORT double RelayConfigNumberOr(const cJSON *obj, const char *key, double dflt);
+extern PGDLLEXPORT int	RelayConfigIntOr(const cJSON *obj, const char *key, int dflt);
+extern PGDLLEXPORT char *RelayConfigJsonText(const cJSON *obj, const char *key);
 
 #endif							/* TIDE_SINK_H */
