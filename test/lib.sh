@@ -32,7 +32,7 @@ tide_packages() {
 # only where its library is installed) and the brokers their tests start.
 tide_broker_packages() {
 	echo librdkafka-dev libnats-dev libhiredis-dev librabbitmq-dev libmosquitto-dev \
-		redis-server nats-server rabbitmq-server mosquitto
+		redis-server nats-server rabbitmq-server mosquitto mosquitto-clients
 }
 
 # Installs those of tide_packages that are missing.
