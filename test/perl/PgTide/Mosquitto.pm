@@ -228,7 +228,11 @@ sub messages
 	{
 		next unless $line =~ /\n\z/;	# a line being written
 		my $j = eval { $self->{json}->decode($line) } or next;
-		push @m, { topic => $j->{topic}, props => ($j->{properties} // {})->{'user-properties'} // {},
+		# mosquitto_sub 2.0 prints user properties as an object, 2.1 as an
+		# array of one-member objects (a name may repeat)
+		my $up = ($j->{properties} // {})->{'user-properties'} // {};
+		$up = { map { %$_ } @$up } if ref $up eq 'ARRAY';
+		push @m, { topic => $j->{topic}, props => $up,
 			payload => $j->{payload}, qos => $j->{qos}, retain => $j->{retain},
 			content_type => ($j->{properties} // {})->{'content-type'} };
 	}
