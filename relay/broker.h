@@ -37,6 +37,9 @@
  *	timeout, broker		RELAY_RETRYABLE: tried again with back-off
  *	too_large, unknown_destination, unroutable, refused, template
  *						RELAY_PERMANENT: dead-lettered
+ * (except where a broker gives the same answer for a passing state: NATS
+ * answers "no responders" both for a subject no stream takes and while
+ * it shuts down, so the NATS sink retries that unknown_destination.)
  */
 #define RELAY_CLASS_CONNECTION	"connection"	/* broker unreachable, connection lost */
 #define RELAY_CLASS_AUTH		"auth"	/* authentication or authorisation refused */
