@@ -44,12 +44,7 @@ BENCH_NAME=broker_redis.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-export TIDE_EXTRA_CONF="shared_buffers = 1GB
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-max_connections = 50
-pg_tide.relay_enabled = on
-pg_tide.relay_naptime_ms = 200"
+export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
 export PGOPTIONS="-c client_min_messages=warning"
 
 N=${N:-100000}

@@ -8,11 +8,18 @@ set -euo pipefail
 # on). Only sizing, the same for every side of a comparison: enough
 # shared_buffers for every run's data, and checkpoints only where a script
 # asks for them, so that no run is hit by a timed or WAL-size checkpoint.
-export TIDE_EXTRA_CONF="shared_buffers = 1GB
+BENCH_SIZING="shared_buffers = 1GB
 max_wal_size = 16GB
 checkpoint_timeout = 30min
-max_connections = 50
+max_connections = 50"
+export TIDE_EXTRA_CONF="$BENCH_SIZING
 pg_tide.relay_enabled = off"
+# The relay's benchmarks (relay.sh, broker_*.sh) measure the relay: the same
+# sizing with the relay on and a short naptime, which they set after
+# sourcing this file (the cluster starts later).
+RELAY_BENCH_CONF="$BENCH_SIZING
+pg_tide.relay_enabled = on
+pg_tide.relay_naptime_ms = 200"
 # shellcheck source=../test/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../test/lib.sh"
 

@@ -92,12 +92,7 @@ source "$BENCH_DIR/lib.sh"
 # starts short, so that the worker soon sees the wake-up pipeline below, and
 # is then set to 60 s: every run wakes the worker with a commit, and the
 # latency run shows wake-on-commit, not polling.
-export TIDE_EXTRA_CONF="shared_buffers = 1GB
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-max_connections = 50
-pg_tide.relay_enabled = on
-pg_tide.relay_naptime_ms = 200"
+export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
 
 # The NOTICEs of relay_delete and outbox_drop are expected.
 export PGOPTIONS="-c client_min_messages=warning"
