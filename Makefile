@@ -21,6 +21,7 @@ OBJS = \
 	relay/lease.o \
 	relay/message.o \
 	relay/events.o \
+	relay/json_text.o \
 	relay/config_read.o \
 	relay/sinks/sinks.o \
 	relay/sinks/file.o \

@@ -61,6 +61,10 @@ RelayEventsWatch(RelayWatch *w, int fd, uint32 events, RelayFdCallback callback,
 
 	if (RelayEventsFd() < 0)
 		return NULL;
+	/* Libraries ask again for what they watch already (hiredis, per command). */
+	if (w != NULL && !w->gone && w->fd == fd && w->events == events &&
+		w->callback == callback && w->arg == arg)
+		return w;
 	if (w == NULL)
 	{
 		w = malloc(sizeof(RelayWatch));

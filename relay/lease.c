@@ -32,6 +32,11 @@
 #include "executor/spi.h"
 #include "utils/guc.h"
 #include "utils/builtins.h"
+#include "utils/date.h"
+#include "utils/datetime.h"
+#include "utils/fmgrprotos.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -39,7 +44,6 @@
 #include "relay.h"
 
 static SPIPlanPtr own_lease_plan = NULL;
-static SPIPlanPtr lease_plan = NULL;
 static SPIPlanPtr commit_offset_plan = NULL;
 static SPIPlanPtr durable_offset_plan = NULL;
 
@@ -52,6 +56,89 @@ copy_value(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
 	return v ? MemoryContextStrdup(cxt, v) : NULL;
 }
 
+/* Where TidePoll puts a lease's messages (copy_polled). */
+typedef struct LeaseCopy
+{
+	const RelayPipeline *p;
+	MemoryContext cxt;
+	RelayMessage *out;
+	int			n;
+	/* ordering 'key': from a header, or a JSON pointer's path into the payload */
+	Datum		key_header;
+	bool		key_header_null;
+	Datum		key_path;
+	bool		key_path_null;
+} LeaseCopy;
+
+/* fn(a, b) for a strict function of two arguments that may return null. */
+static Datum
+call_or_null(PGFunction fn, Datum a, Datum b, bool *isnull)
+{
+	LOCAL_FCINFO(fcinfo, 2);
+	Datum		result;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 2, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = a;
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = b;
+	fcinfo->args[1].isnull = false;
+	result = fn(fcinfo);
+	*isnull = fcinfo->isnull;
+	return result;
+}
+
+/*
+ * A message's ordering key, as coalesce(headers ->> header, payload #>>
+ * path) would give it, as text in the current memory context, or NULL.
+ */
+static char *
+ordering_key(const LeaseCopy *lc, Datum payload, Datum headers)
+{
+	Datum		key;
+	bool		isnull = true;
+
+	if (!lc->key_header_null && headers != (Datum) 0)
+		key = call_or_null(jsonb_object_field_text, headers, lc->key_header, &isnull);
+	if (isnull && !lc->key_path_null)
+		key = call_or_null(jsonb_extract_path_text, payload, lc->key_path, &isnull);
+	return isnull ? NULL : text_to_cstring(DatumGetTextPP(key));
+}
+
+/* A jsonb datum as its text in cxt (detoasted in the caller's context). */
+static char *
+jsonb_text(Datum d, MemoryContext cxt)
+{
+	return RelayJsonbText(DatumGetJsonbP(d), cxt);
+}
+
+/*
+ * TidePoll's callback: copies one leased message into the lease's memory,
+ * its payload and headers as JSON text and its created_at as a JSON string,
+ * as payload::text, headers::text and to_json(created_at)::text give them.
+ */
+static void
+copy_polled(void *arg, int64 id, Datum payload, Datum headers, TimestampTz created_at)
+{
+	LeaseCopy  *lc = arg;
+	RelayMessage *m = &lc->out[lc->n++];
+	char		buf[MAXDATELEN + 1];
+
+	m->id = id;
+	m->outbox = lc->p->outbox;
+	m->payload = jsonb_text(payload, lc->cxt);
+	m->headers = headers != (Datum) 0 ? jsonb_text(headers, lc->cxt) : NULL;
+	m->created_at = MemoryContextStrdup(lc->cxt,
+										psprintf("\"%s\"",
+												 JsonEncodeDateTime(buf, TimestampTzGetDatum(created_at),
+																	TIMESTAMPTZOID, NULL)));
+	if (lc->p->ordering_key != NULL)
+	{
+		char	   *key = ordering_key(lc, payload, headers);
+
+		m->key = key ? MemoryContextStrdup(lc->cxt, key) : NULL;
+	}
+}
+
 /*
  * Leases the pipeline's next batch; returns how many messages it holds, in
  * id order, copied into cxt as *msgs.
@@ -59,21 +146,13 @@ copy_value(HeapTuple tup, TupleDesc desc, int col, MemoryContext cxt)
 int
 RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs)
 {
-	Oid			argtypes[6] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TEXTARRAYOID};
-	Datum		values[6];
-	bool		header_null;
-	bool		path_null;
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	int			n;
-	int			i;
-	bool		isnull;
-	RelayMessage *out;
+	Oid			argtypes[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	LeaseCopy	lc;
 
 	RelayBeginShortXact("pg_tide relay: leasing a batch");
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
-	values[2] = Int32GetDatum(limit);
-	values[3] = Int32GetDatum(p->lease_seconds);
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
 								  "SELECT FROM tide.tide_consumer_leases"
 								  " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2",
@@ -88,38 +167,19 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 	}
 	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	/* ordering 'key': each message's key, from a header ($5) or the payload ($6) */
-	RelayOrderingKeyArgs(p, &values[4], &header_null, &values[5], &path_null);
-	nulls[4] = header_null ? 'n' : ' ';
-	nulls[5] = path_null ? 'n' : ' ';
-	if (SPI_execute_plan(TidePlan(&lease_plan,
-								  "SELECT id, payload::text, headers::text, pg_catalog.to_json(created_at)::text,"
-								  "       coalesce(headers OPERATOR(pg_catalog.->>) $5,"
-								  "                payload OPERATOR(pg_catalog.#>>) $6)"
-								  "  FROM tide.poll_outbox($1, $2, $3, $4) ORDER BY id",
-								  6, argtypes),
-						 values, nulls, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not lease a batch for pipeline \"%s\"", p->name);
 
-	n = (int) SPI_processed;
-	out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(n, 1));
-	for (i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+	memset(&lc, 0, sizeof(lc));
+	lc.p = p;
+	lc.cxt = cxt;
+	lc.out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(limit, 1));
+	RelayOrderingKeyArgs(p, &lc.key_header, &lc.key_header_null, &lc.key_path, &lc.key_path_null);
+	(void) TidePoll(p->consumer_group, p->consumer, limit, p->lease_seconds, copy_polled, &lc);
 
-		out[i].id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		out[i].outbox = p->outbox;
-		out[i].payload = copy_value(tup, desc, 2, cxt);
-		out[i].headers = copy_value(tup, desc, 3, cxt);
-		out[i].created_at = copy_value(tup, desc, 4, cxt);
-		out[i].key = copy_value(tup, desc, 5, cxt);
-	}
 	/* in the same transaction: the keys held back by the retry queue */
-	RelayOrderingFindBlocked(p, out, n);
+	RelayOrderingFindBlocked(p, lc.out, lc.n);
 	RelayEndShortXact(cxt);
-	*msgs = out;
-	return n;
+	*msgs = lc.out;
+	return lc.n;
 }
 
 /*

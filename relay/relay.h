@@ -16,6 +16,7 @@
 #include "storage/lockdefs.h"
 #include "storage/pmsignal.h"
 #include "storage/spin.h"
+#include "utils/jsonb.h"
 
 #include "filter.h"
 #include "relay_init.h"
@@ -203,6 +204,9 @@ extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
 extern RelayDbRequest *RelayFindRequest(Oid dboid, bool create, TimestampTz now);
 extern void RelayWakeLauncher(void);
 extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
+
+/* json_text.c: jsonb as jsonb_out's text, in cxt */
+extern char *RelayJsonbText(Jsonb *jb, MemoryContext cxt);
 
 /* lease.c */
 extern int	RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt,

@@ -62,6 +62,10 @@
  */
 #include "postgres.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
@@ -1502,6 +1506,23 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	RelayTimersFire(GetCurrentTimestamp());
 }
 
+/*
+ * Each batch allocates its messages' text and its sink's requests afresh
+ * and frees them when recorded. With glibc's defaults, freed blocks above
+ * 128 kB go back to the kernel and the next batch faults its pages in again:
+ * 12% of a worker's time delivering to Redis (perf). Keeping them costs at
+ * most the busiest batch's memory, which the worker holds anyway while it
+ * delivers.
+ */
+static void
+keep_freed_memory(void)
+{
+#ifdef __GLIBC__
+	(void) mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
+	(void) mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
+#endif
+}
+
 /* Entry point of a relay worker; main_arg is its slot number. */
 void
 RelayWorkerMain(Datum main_arg)
@@ -1519,6 +1540,7 @@ RelayWorkerMain(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGINT, worker_cancel_handler);
 	BackgroundWorkerUnblockSignals();
+	keep_freed_memory();
 
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
 	if (Relay == NULL || slotno < 0 || slotno >= Relay->nslots)

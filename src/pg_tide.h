@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "storage/condition_variable.h"
@@ -63,6 +64,11 @@ extern Oid	TrackerSequenceOid(void);
 
 /* consumer.c: consumer groups, pg_tide.wait_recheck_ms */
 extern void TideDefineConsumerGucs(void);
+/* A message a poll leased (TidePoll): headers is 0 when they are null. */
+typedef void (*TidePolledMessage) (void *arg, int64 id, Datum payload, Datum headers,
+								   TimestampTz created_at);
+extern int	TidePoll(const char *group, const char *consumer, int batch_size, int visibility,
+					 TidePolledMessage each, void *each_arg);
 extern bool TideGroupHasMessages(const char *group);
 extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
 								   bool *found);

@@ -151,6 +151,45 @@ is_deeply([ $msg->{payload}, $msg->{headers} ], [ { n => 1 }, { h => 'v' } ],
 like($msg->{created_at}, qr/^\d{4}-\d\d-\d\dT/, 'the line carries created_at');
 push @all, $one;
 
+# The payload, headers and created_at of a line are byte for byte the text
+# PostgreSQL gives them (payload::text, headers::text,
+# to_json(created_at)::text): strings that need every escape, unicode,
+# numbers of every form, nesting, empty containers, null headers.
+my @texts = (
+	'{"s": "quote \\" backslash \\\\ slash / tab \\t nl \\n cr \\r bs \\b ff \\f"}',
+	'{"ctl": "\\u0001\\u001f\\u007f", "uni": "é中😀", "empty": ""}',
+	'{"n": [0, -0, 1.50, -2.5e-3, 1e100, 12345678901234567890, 0.000001, 100.0]}',
+	'{"deep": {"a": [[], {}, [{"b": null}], true, false], "c": {"d": {"e": [1, [2, [3]]]}}}}',
+	'{}',
+	'{"k with space": 1, "ü": {"x": "y"}}');
+my @text_ids;
+for my $i (0 .. $#texts)
+{
+	my $headers = $i % 2 ? "NULL" : "'{\"trace\": \"t\\\\n$i\", \"list\": [1, \"two\"]}'";
+	push @text_ids, $node->safe_psql('postgres',
+		"SELECT tide.outbox_publish('orders', '$texts[$i]'::jsonb, $headers)");
+}
+$published{$_} = 1 for @text_ids;
+ok(defined wait_for_ids(\@text_ids, 15, $path), 'the messages of every JSON form arrive');
+{
+	open(my $fh, '<:raw', $path) or die;
+	my @lines = <$fh>;
+	for my $id (@text_ids)
+	{
+		my $want = $node->safe_psql('postgres',
+			"SELECT payload::text || E'\\x01' || coalesce(headers::text, 'null') || E'\\x01'
+			        || pg_catalog.to_json(created_at)::text
+			   FROM tide.tide_outbox_messages WHERE id = $id");
+		my ($payload, $headers, $created_at) = split /\x01/, $want;
+		my ($line) = grep { /"message_id": $id,/ } @lines;
+		ok(defined $line && index($line, "\"payload\": $payload, \"headers\": $headers, ") >= 0,
+			"message $id: payload and headers are the text of their jsonb");
+		ok(defined $line && index($line, "\"created_at\": $created_at") >= 0,
+			"message $id: created_at is to_json's text");
+	}
+}
+push @all, @text_ids;
+
 # A crash of the relay worker in the middle of a backlog: small batches, so
 # the backlog takes a while; kill -9 once part of it is written. The
 # postmaster then restarts every process and recovers, as after any crash.
