@@ -675,8 +675,10 @@ TidePoll(const char *group, const char *consumer, int batch_size, int visibility
 {
 	Poll		poll;
 
-	Assert(batch_size >= 1 && batch_size <= MAX_BATCH_SIZE);
-	Assert(visibility >= 1 && visibility <= MAX_VISIBILITY_SECONDS);
+	if (batch_size < 1 || batch_size > MAX_BATCH_SIZE ||
+		visibility < 1 || visibility > MAX_VISIBILITY_SECONDS)
+		elog(ERROR, "poll of consumer group \"%s\" out of range: batch size %d, visibility %d s",
+			 group, batch_size, visibility);
 	memset(&poll, 0, sizeof(poll));
 	poll.each = each;
 	poll.each_arg = each_arg;
