@@ -33,7 +33,11 @@
  *	  authentication refused (a message that timed out unsent while
  *	  librdkafka reported that) hold the pipeline as connection or auth; a
  *	  message that timed out once sent is a retryable timeout, other broker
- *	  errors retryable as broker.
+ *	  errors retryable as broker (librdkafka itself retries the errors
+ *	  Kafka calls retriable until message.timeout.ms, and reports the
+ *	  others: a record the broker will not take, INVALID_RECORD or
+ *	  POLICY_VIOLATION, is refused, permanent; CORRUPT_MESSAGE, a record
+ *	  broken on its way, and an unknown error are broker, retried).
  * 5. A fatal error of the idempotent producer (its sequence broken) makes
  *	  the next batch start with a new producer.
  *
@@ -161,7 +165,6 @@ classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
 		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
 			set_failure(kp, o, RELAY_PERMANENT, RELAY_CLASS_UNKNOWN_DESTINATION, err, false);
 			break;
-		case RD_KAFKA_RESP_ERR_INVALID_MSG:
 		case RD_KAFKA_RESP_ERR_INVALID_RECORD:
 		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
 		case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
@@ -186,6 +189,7 @@ classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
 			else if (is_connection_error(err))
 				set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, err, true);
 			else
+				/* e.g. CORRUPT_MESSAGE (a CRC broken in transit), retriable in Kafka's protocol */
 				set_failure(kp, o, RELAY_RETRYABLE, RELAY_CLASS_BROKER, err, false);
 			break;
 	}
