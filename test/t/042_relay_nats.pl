@@ -2,7 +2,9 @@
 # 127.0.0.1), read back by test/brokers/nats_tool, a nats.c client:
 #  1. a backlog arrives whole, each message once, on the subject its
 #     template names, with pg_tide's headers, Nats-Msg-Id and the payload as
-#     the body; "envelope" sends the message's JSON object;
+#     the body; "envelope" sends the message's JSON object; the backlog
+#     sent again (tide.relay_replay) is dropped by the stream as duplicates
+#     (Nats-Msg-Id inside its window);
 #  2. kill -9 of the postmaster mid-delivery loses nothing, and the stream
 #     holds no duplicate (Nats-Msg-Id inside the duplicate window);
 #  3. nats-server stopped and started again mid-stream: the pipeline is
@@ -138,6 +140,23 @@ ok($node->poll_query_until('postgres',
 is(sqlv("SELECT (config ->> 'attempt_log') || ' ' || (SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'to_nats')
 		  FROM tide.relay_outbox_config WHERE name = 'to_nats'"),
 	'failures 0', 'test 1: relay_attempts: failures only by default, and none failed');
+
+# The same 2,000 sent again (tide.relay_replay, inside the stream's
+# duplicate window of 120 s): each is acknowledged, the stream answers that
+# it had it (the attempt's response "duplicate") and keeps one copy.
+set_pipeline('to_nats', 'orders', { subject => 'orders.{type}', stream => 'ORDERS',
+		batch_size => 100, max_in_flight => 64, attempt_log => JSON::PP::true });
+is(sqlv("SELECT tide.relay_replay('to_nats', $ids[0], $ids[-1])"), '2000', 'test 1: 2,000 replayed');
+ok($node->poll_query_until('postgres',
+		"SELECT count(DISTINCT message_id) = 2000 FROM tide.relay_attempts
+		  WHERE pipeline_id = 'to_nats' AND manual AND status = 'success'"),
+	'test 1: the relay delivered each of them a second time');
+is(sqlv("SELECT count(DISTINCT message_id) FROM tide.relay_attempts
+	  WHERE pipeline_id = 'to_nats' AND manual AND status = 'success' AND response_snippet = 'duplicate'"),
+	'2000', 'test 1: the stream answered each second copy as a duplicate');
+($missing, $dups) = missing_and_duplicates('ORDERS', \@ids);
+is("$missing $dups " . $nats->count('ORDERS'), '0 0 2000',
+	'test 1: the stream still holds each message once (Nats-Msg-Id inside the duplicate window)');
 
 $nats->create_stream('ENV', 'env.>', 120);
 $node->safe_psql('postgres', "SELECT tide.outbox_create('env')");
