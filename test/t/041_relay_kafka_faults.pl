@@ -14,7 +14,9 @@
 #  - errors the brokers answer (injected by the mock cluster): too large
 #    (too_large) and a record they will not take (refused) are
 #    dead-lettered with their class; a record broken on its way and an
-#    unknown error are class broker, retried, then delivered.
+#    unknown error are class broker, retried, then delivered;
+#  - a new reading of the config with the same producer settings keeps the
+#    producer (no new producer id asked for); other settings make a new one.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -223,6 +225,34 @@ for my $case ([ 10, 'too_large' ], [ 87, 'refused' ], [ 44, 'refused' ], [ 2, 'b
 }
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'answers'"), '3',
 	'only the three refused messages are dead-lettered');
+
+# 6. A new reading of the config keeps the producer when its librdkafka
+# settings are the same (here another topic), and makes a new one when
+# they differ (linger_ms). Shown with an error the mock cluster answers to
+# the next two InitProducerId requests (api key 22,
+# CLUSTER_AUTHORIZATION_FAILED, fatal for an idempotent producer): only a
+# new producer asks for a producer id, and a message of a new producer
+# fails (two, so that a producer made before its first message meets one
+# too).
+sql("SELECT tide.outbox_create('reread')");
+$kafka->command("create reread_a 1");
+$kafka->command("create reread_b 1");
+my %reread = (%common, batch_size => 10);
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_a' });
+wait_all('reread_a', [ publish('reread', 1) ], 30);
+$kafka->command("error 22 31 2");
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_b' });
+my ($kept) = publish('reread', 1);
+ok(defined wait_all('reread_b', [$kept], 30)->{$kept}, 'after a change of topic the message arrives');
+is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'reread' AND message_id = $kept
+	  AND status = 'failed'"), '0', 'the same producer delivered it: no producer id asked for, no failure');
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_b', linger_ms => 5 });
+my ($renewed) = publish('reread', 1);
+ok(defined wait_all('reread_b', [$renewed], 60)->{$renewed}, 'after a change of linger_ms the message arrives');
+ok(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'reread' AND message_id = $renewed
+	  AND status = 'failed'") > 0, 'a new producer delivered it, after the producer id it asked for was refused')
+  or diag(sql("SELECT string_agg(attempt || ' ' || status || ' ' || coalesce(error_class, '') || ' ' || coalesce(error, ''), E'\\n' ORDER BY id)
+	  FROM tide.relay_attempts WHERE pipeline_id = 'reread'"));
 
 $node->stop;
 $kafka->stop;
