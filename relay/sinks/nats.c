@@ -48,7 +48,6 @@
 #include "postgres.h"
 
 #include <pthread.h>
-#include <signal.h>
 
 #include <nats/nats.h>
 
@@ -292,25 +291,6 @@ connector_main(void *arg)
 	return NULL;
 }
 
-/* Starts the connector's thread, with every signal blocked there (they are the loop's). */
-static bool
-start_connector(NatsShared *sh)
-{
-	pthread_t	thread;
-	sigset_t	all;
-	sigset_t	old;
-	int			rc;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&thread, NULL, connector_main, sh);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
-		return false;
-	pthread_detach(thread);
-	return true;
-}
-
 typedef enum NatsLink
 {
 	NATS_LINK_UP,				/* p->nc is there (nats.c may be reconnecting) */
@@ -372,6 +352,7 @@ connect_if_needed(NatsPipeline *p, NatsBatch *nb)
 {
 	natsOptions *opts = NULL;
 	natsStatus	s;
+	int			rc;
 
 	if (p->nc != NULL && natsConnection_Status(p->nc) == NATS_CONN_STATUS_CLOSED)
 		disconnect(p);
@@ -425,14 +406,14 @@ connect_if_needed(NatsPipeline *p, NatsBatch *nb)
 	p->shared->connect_opts = opts;
 	p->shared->connect_done = false;
 	p->shared->connecting = true;
-	if (!start_connector(p->shared))
+	if ((rc = RelayBrokerStartThread(connector_main, p->shared)) != 0)
 	{
 		p->shared->connecting = false;
 		p->shared->connect_opts = NULL;
 		natsOptions_Destroy(opts);
 		nb->failed_class = RELAY_CLASS_CONNECTION;
 		snprintf(nb->failed, sizeof(nb->failed), "connection: could not start a thread to connect: %s",
-				 strerror(errno));
+				 strerror(rc));
 		return NATS_LINK_FAILED;
 	}
 	return NATS_LINK_PENDING;

@@ -49,7 +49,6 @@
 #include "postgres.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -679,9 +678,6 @@ start_connector(RabbitState *st, char *error, size_t size)
 {
 	RabbitConnector *c = calloc(1, sizeof(RabbitConnector));
 	bool		ok = c != NULL;
-	pthread_t	thread;
-	sigset_t	all;
-	sigset_t	old;
 	int			rc;
 
 	if (c == NULL)
@@ -707,18 +703,12 @@ start_connector(RabbitState *st, char *error, size_t size)
 		snprintf(error, size, "connection: out of memory for a connection");
 		return false;
 	}
-	/* every signal blocked there: they are the loop's */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&thread, NULL, connector_main, c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
+	if ((rc = RelayBrokerStartThread(connector_main, c)) != 0)
 	{
 		connector_free(c);
 		snprintf(error, size, "connection: could not start a thread to connect: %s", strerror(rc));
 		return false;
 	}
-	pthread_detach(thread);
 	st->connector = c;
 	return true;
 }

@@ -22,11 +22,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until unanswered_port);
 use PgTide::NatsServer;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
-use IO::Socket::INET;
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $json = JSON::PP->new->canonical;
@@ -233,29 +232,19 @@ sub dead_letters
 
 $_->stop for @servers;
 ###########################################################################
-# 7. Servers that never answer (sockets that listen and are never accepted
-# from, their backlog filled, so that the kernel drops the relay's SYNs):
+# 7. Servers that never answer (unanswered_port: the kernel drops the
+# relay's SYNs):
 # the connect waits on a thread of its own, not in the worker's loop, so
 # a file pipeline beside it, in the same worker, has delivered its
 # messages before the NATS pipeline's connect has failed (four servers,
 # two seconds each).
 ###########################################################################
 {
-	my (@silent, @fillers);
-	for (1 .. 4)
-	{
-		my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1, ReuseAddr => 1)
-		  or die "silent socket: $!";
-		push @silent, $l;
-		# a backlog of 1 holds two connections; later SYNs are dropped
-		push @fillers, map {
-			IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $l->sockport, Blocking => 0)
-		} 1 .. 3;
-	}
+	my @silent = map { [ unanswered_port() ] } 1 .. 4;
 	my $file = "$dir/beside.jsonl";
 	sqlv("SELECT tide.outbox_create('unanswered')");
 	sqlv("SELECT tide.outbox_create('beside')");
-	set_pipeline('unanswered', { servers => [ map { 'nats://127.0.0.1:' . $_->sockport } @silent ],
+	set_pipeline('unanswered', { servers => [ map { 'nats://127.0.0.1:' . $_->[0] } @silent ],
 			timeout_ms => 15000 });
 	publish('unanswered', 3);
 	sqlv("SELECT tide.relay_set_outbox('beside', 'beside', 'beside',
@@ -275,8 +264,7 @@ $_->stop for @servers;
 		'test 7: nothing is dead-lettered');
 	sqlv("SELECT tide.relay_delete('unanswered')");
 	sqlv("SELECT tide.relay_delete('beside')");
-	close $_ for grep { defined } @fillers;
-	close $_ for @silent;
+	$_->[1]->() for @silent;
 }
 
 $node->stop;

@@ -35,7 +35,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until unanswered_port);
 use JSON::PP;
 use IO::Socket::INET;
 use POSIX qw(setsid);
@@ -390,23 +390,17 @@ set_pipeline('down', 'down', routing_key => 'q_down');
 set_pipeline('badpw', 'badpw', routing_key => 'q_badpw');
 is(wait_all('q_down', 20) + wait_all('q_badpw', 20), 40, 'fixed, both pipelines deliver everything');
 
-# A broker address that never answers (a socket that listens and is never
-# accepted from, its backlog filled, so that the kernel drops the relay's
-# SYNs): the connection is made on a thread of its own, not in the
+# A broker address that never answers (unanswered_port: the kernel drops
+# the relay's SYNs): the connection is made on a thread of its own, not in the
 # worker's loop, so a file pipeline beside it, in the same worker, has
 # delivered its messages before the connect (3 s at most) has failed.
 {
-	my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1, ReuseAddr => 1)
-	  or die "silent socket: $!";
-	# a backlog of 1 holds two connections; later SYNs are dropped
-	my @fillers = map {
-		IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $silent->sockport, Blocking => 0)
-	} 1 .. 3;
+	my ($silent_port, $close_silent) = unanswered_port();
 	my $file = "$dir/beside.jsonl";
 	sql("SELECT tide.outbox_create('unanswered')");
 	sql("SELECT tide.outbox_create('beside')");
 	sql(q{SELECT tide.outbox_publish('unanswered', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
-	set_pipeline('unanswered', 'unanswered', port => $silent->sockport, routing_key => 'q_down');
+	set_pipeline('unanswered', 'unanswered', port => $silent_port, routing_key => 'q_down');
 	sql("SELECT tide.relay_set_outbox('beside', 'beside', 'beside',
 		jsonb_build_object('sink_type', 'file', 'path', '$file'))");
 	# the connect has begun when the file's messages come
@@ -421,8 +415,7 @@ is(wait_all('q_down', 20) + wait_all('q_badpw', 20), 40, 'fixed, both pipelines 
 	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'unanswered'"), '0', 'and dead-letters nothing');
 	sql("SELECT tide.relay_delete('unanswered')");
 	sql("SELECT tide.relay_delete('beside')");
-	close $_ for grep { defined } @fillers;
-	close $silent;
+	$close_silent->();
 }
 
 # ------------------------------------------------------------------- TLS

@@ -17,7 +17,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until unanswered_port);
 use PgTide::Mosquitto;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
@@ -215,23 +215,17 @@ ok(defined $timed_out, 'a broker that does not acknowledge: attempts fail with c
 ok($mq->wait_for_ids($sub3, \@ids, 0, 60), 'once it answers, every message arrives');
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'stall: nothing dead-lettered');
 
-# --- A TLS broker address that never answers (a socket that listens and
-# is never accepted from, its backlog filled first, so that the kernel
-# drops the relay's SYNs as on a network that loses them): the MQTT
+# --- A TLS broker address that never answers (unanswered_port: the
+# kernel drops the relay's SYNs, as a network that loses them): the MQTT
 # pipeline waits without blocking the worker, so a file pipeline beside it,
 # in the same worker, delivers each of 20 messages meanwhile; the MQTT
 # pipeline fails with class timeout and is held, nothing dead-lettered.
 {
-	my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1, ReuseAddr => 1)
-	  or die "silent socket: $!";
-	# a backlog of 1 holds two connections; later SYNs are dropped
-	my @fillers = map {
-		IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $silent->sockport, Blocking => 0)
-	} 1 .. 3;
+	my ($silent_port, $close_silent) = unanswered_port();
 	my $file = "$dir/beside.jsonl";
 	sql("SELECT tide.outbox_create('silent')");
 	sql("SELECT tide.outbox_create('beside')");
-	set_pipeline('sq', 'silent', port => $silent->sockport, tls => { verify => JSON::PP::false },
+	set_pipeline('sq', 'silent', port => $silent_port, tls => { verify => JSON::PP::false },
 		timeout_ms => 4000);
 	publish('silent', 3);
 	sql("SELECT tide.relay_set_outbox('bf', 'beside', 'bf', jsonb_build_object('sink_type', 'file', 'path', '$file'))");
@@ -256,8 +250,7 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'st
 	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sq'"), '0', 'silent: nothing dead-lettered');
 	sql("SELECT tide.relay_delete('sq')");
 	sql("SELECT tide.relay_delete('bf')");
-	close $_ for grep { defined } @fillers;
-	close $silent;
+	$close_silent->();
 }
 
 # --- kill -9 of the postmaster in the middle of a backlog.
