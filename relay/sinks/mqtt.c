@@ -333,9 +333,9 @@ static void socket_ready(int fd, uint32 events, void *arg);
 /*
  * Whether a TLS connection may still be in its handshake (before CONNACK).
  * libmosquitto moves a handshake on only in mosquitto_loop_read, whatever
- * the socket waits for, and holds CONNECT back until it is done (its
- * mosquitto_want_write is true all along): so, meanwhile, every event of
- * the socket runs loop_read then loop_write, and writability is watched
+ * the socket waits for, and holds CONNECT back until it is done, so that
+ * mosquitto_want_write says nothing useful meanwhile: every event of the
+ * socket then runs loop_read and loop_write, and writability is watched
  * only until the TCP connection is made (the handshake's messages are
  * small).
  */
