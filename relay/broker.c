@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -274,4 +276,22 @@ RelayNotifierClose(RelayNotifier *n)
 	if (n->fd >= 0)
 		close(n->fd);
 	n->fd = -1;
+}
+
+int
+RelayBrokerStartThread(void *(*thread_main) (void *), void *arg)
+{
+	pthread_t	thread;
+	sigset_t	all;
+	sigset_t	old;
+	int			rc;
+
+	/* the thread inherits the mask: every signal is the loop's */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&thread, NULL, thread_main, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0)
+		pthread_detach(thread);
+	return rc;
 }

@@ -113,6 +113,16 @@ extern PGDLLEXPORT void RelayNotifierDrain(RelayNotifier *n);
 extern PGDLLEXPORT void RelayNotifierClose(RelayNotifier *n);
 
 /*
+ * A call that a client library only makes blocking (a connect) runs on a
+ * thread of the sink's own: RelayBrokerStartThread starts thread_main(arg)
+ * detached, with every signal blocked there (they are the worker's), and
+ * returns 0 or pthread_create's error number. The thread follows the rule
+ * above (no PostgreSQL function) and hands its result over through a
+ * RelayNotifier.
+ */
+extern PGDLLEXPORT int RelayBrokerStartThread(void *(*thread_main) (void *), void *arg);
+
+/*
  * Which messages of a batch may be sent now (send_window.c): at most
  * max_in_flight unacknowledged, in id order, a message that waits for an
  * earlier one of its key (batch->after) only once that one was

@@ -33,9 +33,25 @@
  *	  authentication refused (a message that timed out unsent while
  *	  librdkafka reported that) hold the pipeline as connection or auth; a
  *	  message that timed out once sent is a retryable timeout, other broker
- *	  errors retryable as broker.
+ *	  errors retryable as broker (librdkafka itself retries the errors
+ *	  Kafka calls retriable until message.timeout.ms, and reports the
+ *	  others: a record the broker will not take, INVALID_RECORD or
+ *	  POLICY_VIOLATION, is refused, permanent; CORRUPT_MESSAGE, a record
+ *	  broken on its way, and an unknown error are broker, retried).
  * 5. A fatal error of the idempotent producer (its sequence broken) makes
  *	  the next batch start with a new producer.
+ * 6. A new reading of the pipeline's config (any change, or a reload)
+ *	  opens a new state before the old one is closed; the producer is made
+ *	  by the first batch, and the old state's `close` hands its producer
+ *	  over to a state that has none yet and the very same librdkafka
+ *	  configuration (KafkaConfFingerprint: every property, the password
+ *	  included), rather than destroying it: a change of topic, body or
+ *	  batch size keeps the connections and the producer id, and the first
+ *	  batch of the new reading does not wait for a new producer to be
+ *	  ready. What the old producer still holds (messages of an abandoned
+ *	  batch) goes on in it and reports to no batch: the batch serial
+ *	  numbers go with the producer (KafkaLink), so no late report is taken
+ *	  for one of the new state's messages.
  *
  * No callback raises an ERROR or calls palloc: they write into fixed
  * buffers of the batch and the pipeline.
@@ -45,6 +61,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "fmgr.h"
+#include "lib/ilist.h"
 #include "lib/stringinfo.h"
 #include "utils/timestamp.h"
 
@@ -54,19 +71,33 @@
 PG_MODULE_MAGIC;
 
 struct KafkaBatch;
+struct KafkaPipeline;
+
+/*
+ * The producer's opaque (every callback's): the state it serves, and the
+ * serial number of the latest batch it was given. malloc'd: it lives as
+ * long as the producer, which may outlive a state (see the top).
+ */
+typedef struct KafkaLink
+{
+	struct KafkaPipeline *kp;
+	uint64		serial;
+} KafkaLink;
 
 /* A Kafka pipeline's state, from `open` to `close`. */
 typedef struct KafkaPipeline
 {
+	dlist_node	node;			/* in open_pipelines */
+	char	   *fingerprint;	/* of conf: KafkaConfFingerprint */
 	char	   *topic;			/* template */
 	bool		envelope;		/* body 'envelope': the message's JSON object */
 	int			max_in_flight;
 	int			timeout_ms;
 	rd_kafka_conf_t *conf;		/* to make a new producer after a fatal error */
-	rd_kafka_t *rk;
+	rd_kafka_t *rk;				/* NULL until the first batch */
+	KafkaLink  *link;			/* rk's opaque */
 	RelayNotifier notifier;
 	bool		fatal;			/* the producer must be made again */
-	uint64		serial;			/* of the latest batch */
 	struct KafkaBatch *current; /* the batch in flight, or NULL */
 	/* what librdkafka last reported about the brokers, since the last delivery */
 	rd_kafka_resp_err_t broker_error;
@@ -89,6 +120,9 @@ typedef struct KafkaBatch
 /* A message's opaque in librdkafka: its batch's serial and its index. */
 #define KAFKA_INDEX_BITS	20
 #define KAFKA_TOKEN(serial, i)	((void *) (uintptr_t) (((serial) << KAFKA_INDEX_BITS) | (uint64) (i)))
+
+/* This worker's open Kafka states, among which a producer is handed over. */
+static dlist_head open_pipelines = DLIST_STATIC_INIT(open_pipelines);
 
 /* librdkafka's logger: its messages are dropped, error_cb keeps what matters. */
 static void
@@ -119,7 +153,7 @@ is_connection_error(rd_kafka_resp_err_t err)
 static void
 kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-	KafkaPipeline *kp = opaque;
+	KafkaPipeline *kp = ((KafkaLink *) opaque)->kp;
 
 	if (err == RD_KAFKA_RESP_ERR__FATAL)
 		kp->fatal = true;
@@ -161,7 +195,6 @@ classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
 		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
 			set_failure(kp, o, RELAY_PERMANENT, RELAY_CLASS_UNKNOWN_DESTINATION, err, false);
 			break;
-		case RD_KAFKA_RESP_ERR_INVALID_MSG:
 		case RD_KAFKA_RESP_ERR_INVALID_RECORD:
 		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
 		case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
@@ -186,6 +219,7 @@ classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
 			else if (is_connection_error(err))
 				set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, err, true);
 			else
+				/* e.g. CORRUPT_MESSAGE (a CRC broken in transit), retriable in Kafka's protocol */
 				set_failure(kp, o, RELAY_RETRYABLE, RELAY_CLASS_BROKER, err, false);
 			break;
 	}
@@ -216,7 +250,7 @@ message_done(KafkaBatch *kb, int i, rd_kafka_resp_err_t err, rd_kafka_msg_status
 static void
 kafka_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-	KafkaPipeline *kp = opaque;
+	KafkaPipeline *kp = ((KafkaLink *) opaque)->kp;
 	uint64		token = (uint64) (uintptr_t) m->_private;
 	KafkaBatch *kb = kp->current;
 	int			i = (int) (token & ((1 << KAFKA_INDEX_BITS) - 1));
@@ -268,27 +302,86 @@ destroy_producer(KafkaPipeline *kp)
 	rd_kafka_queue_destroy(q);
 	rd_kafka_destroy(kp->rk);
 	kp->rk = NULL;
+	free(kp->link);
+	kp->link = NULL;
+}
+
+/* Makes librdkafka's threads write to kp's eventfd when the main queue fills (-1: to none). */
+static void
+watch_queue(KafkaPipeline *kp, int fd)
+{
+	static const uint64 one = 1;
+	rd_kafka_queue_t *q = rd_kafka_queue_get_main(kp->rk);
+
+	rd_kafka_queue_io_event_enable(q, fd, &one, sizeof(one));
+	rd_kafka_queue_destroy(q);
+}
+
+/*
+ * Hands kp's producer over to another open state with the same librdkafka
+ * configuration and no producer yet (see the top); false when there is
+ * none.
+ */
+static bool
+hand_over_producer(KafkaPipeline *kp)
+{
+	dlist_iter	it;
+
+	/* the latest opened first: the pipeline's new reading, opened just before */
+	dlist_reverse_foreach(it, &open_pipelines)
+	{
+		KafkaPipeline *to = dlist_container(KafkaPipeline, node, it.cur);
+
+		if (to == kp || to->rk != NULL || to->conf == NULL ||
+			strcmp(to->fingerprint, kp->fingerprint) != 0)
+			continue;
+		/* no write to kp's eventfd, which closes, from here on */
+		watch_queue(kp, -1);
+		kp->current = NULL;
+		kafka_poll(kp);
+		to->rk = kp->rk;
+		to->link = kp->link;
+		to->link->kp = to;
+		to->fatal = kp->fatal;
+		to->broker_error = kp->broker_error;
+		memcpy(to->broker_reason, kp->broker_reason, sizeof(to->broker_reason));
+		kp->rk = NULL;
+		kp->link = NULL;
+		watch_queue(to, to->notifier.fd);
+		/* what came meanwhile is served by the loop */
+		RelayNotifierSignal(&to->notifier);
+		return true;
+	}
+	return false;
 }
 
 /* A new producer from kp->conf; false, with errstr, when librdkafka cannot make one. */
 static bool
 make_producer(KafkaPipeline *kp, char *errstr, size_t errsize)
 {
-	static const uint64 one = 1;
-	rd_kafka_conf_t *conf = rd_kafka_conf_dup(kp->conf);
-	rd_kafka_queue_t *q;
+	rd_kafka_conf_t *conf;
+	KafkaLink  *link = malloc(sizeof(KafkaLink));
 
+	if (link == NULL)
+	{
+		snprintf(errstr, errsize, "out of memory");
+		return false;
+	}
+	link->kp = kp;
+	link->serial = 0;
+	conf = rd_kafka_conf_dup(kp->conf);
+	rd_kafka_conf_set_opaque(conf, link);
 	kp->fatal = false;
 	kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, errsize);
 	if (kp->rk == NULL)
 	{
 		rd_kafka_conf_destroy(conf);
+		free(link);
 		return false;
 	}
+	kp->link = link;
 	/* librdkafka's threads write to the eventfd; the loop serves the queue */
-	q = rd_kafka_queue_get_main(kp->rk);
-	rd_kafka_queue_io_event_enable(q, kp->notifier.fd, &one, sizeof(one));
-	rd_kafka_queue_destroy(q);
+	watch_queue(kp, kp->notifier.fd);
 	return true;
 }
 
@@ -374,7 +467,7 @@ kafka_start(void *state, RelaySinkBatch *batch)
 	/* messages go only in the first half: each is answered within the second */
 	RelaySendWindowInit(&kb->window, batch, kp->max_in_flight, KAFKA_MESSAGE_TIMEOUT(kp->timeout_ms));
 	kb->deadline = TimestampTzPlusMilliseconds(kb->window.started_at, kp->timeout_ms);
-	kb->serial = ++kp->serial;
+	kb->serial = ++kp->link->serial;
 	kp->current = kb;
 }
 
@@ -471,6 +564,8 @@ kafka_open(const cJSON *config, RelaySinkOpened *opened)
 		return false;
 	}
 	kp->conf = KafkaBuildConf(config, secret, errstr, sizeof(errstr));
+	if (kp->conf != NULL)
+		kp->fingerprint = KafkaConfFingerprint(kp->conf, secret);
 	if (secret != NULL)
 	{
 		explicit_bzero(secret, strlen(secret));
@@ -481,23 +576,18 @@ kafka_open(const cJSON *config, RelaySinkOpened *opened)
 		opened->error = psprintf("librdkafka refuses the config: %s", errstr);
 		return false;
 	}
-	rd_kafka_conf_set_opaque(kp->conf, kp);
 	rd_kafka_conf_set_dr_msg_cb(kp->conf, kafka_delivery_report);
 	rd_kafka_conf_set_error_cb(kp->conf, kafka_error);
 	rd_kafka_conf_set_log_cb(kp->conf, kafka_log);
 	if (!RelayNotifierOpen(&kp->notifier, kafka_queue_ready, kp))
 	{
+		explicit_bzero(kp->fingerprint, strlen(kp->fingerprint));
 		rd_kafka_conf_destroy(kp->conf);
 		opened->error = "could not open an eventfd for librdkafka";
 		return false;
 	}
-	if (!make_producer(kp, errstr, sizeof(errstr)))
-	{
-		RelayNotifierClose(&kp->notifier);
-		rd_kafka_conf_destroy(kp->conf);
-		opened->error = psprintf("librdkafka cannot make a producer: %s", errstr);
-		return false;
-	}
+	/* the producer: the first batch's, or the one a state closing hands over */
+	dlist_push_tail(&open_pipelines, &kp->node);
 	opened->state = kp;
 	return true;
 }
@@ -509,11 +599,16 @@ kafka_close(void *state)
 
 	if (kp == NULL)
 		return;
-	destroy_producer(kp);
+	dlist_delete(&kp->node);
+	if (kp->rk != NULL && !hand_over_producer(kp))
+		destroy_producer(kp);
 	RelayNotifierClose(&kp->notifier);
 	if (kp->conf != NULL)
 		rd_kafka_conf_destroy(kp->conf);
 	kp->conf = NULL;
+	/* it holds the password */
+	if (kp->fingerprint != NULL)
+		explicit_bzero(kp->fingerprint, strlen(kp->fingerprint));
 }
 
 static const RelaySinkRoutine kafka_routine = {

@@ -26,6 +26,14 @@ extern void RelayKafkaValidate(const cJSON *config, cJSON *out);
 extern rd_kafka_conf_t *KafkaBuildConf(const cJSON *config, const char *password,
 									   char *errstr, size_t errsize);
 
+/*
+ * Every property of a configuration and the password it was built with
+ * (NULL: none), as one string (palloc'd): two producers made from
+ * configurations with the same fingerprint are interchangeable. It holds
+ * the password: zero it when done.
+ */
+extern char *KafkaConfFingerprint(const rd_kafka_conf_t *conf, const char *password);
+
 /* The share of timeout_ms that a message may take in librdkafka. */
 #define KAFKA_MESSAGE_TIMEOUT(timeout_ms)	((timeout_ms) / 2)
 

@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
+
 #include "config_value.h"
 #include "broker.h"
 #include "kafka.h"
@@ -268,4 +270,32 @@ KafkaBuildConf(const cJSON *config, const char *password, char *errstr, size_t e
 		return NULL;
 	}
 	return conf;
+}
+
+char *
+KafkaConfFingerprint(const rd_kafka_conf_t *conf, const char *password)
+{
+	size_t		n;
+	const char **dump = rd_kafka_conf_dump((rd_kafka_conf_t *) conf, &n);
+	StringInfoData out;
+
+	rd_kafka_topic_conf_t *topic_conf = rd_kafka_conf_get_default_topic_conf((rd_kafka_conf_t *) conf);
+
+	initStringInfo(&out);
+	/* name, value, name, value, ...: librdkafka's order, the same for every conf */
+	for (size_t i = 0; i + 1 < n; i += 2)
+		if (strcmp(dump[i], "default_topic_conf") != 0)	/* an address: its properties follow */
+			appendStringInfo(&out, "%s=%s\n", dump[i], dump[i + 1]);
+	rd_kafka_conf_dump_free(dump, n);
+	/* the topic-level properties (acks, message.timeout.ms, compression.codec) */
+	if (topic_conf != NULL)
+	{
+		dump = rd_kafka_topic_conf_dump(topic_conf, &n);
+		for (size_t i = 0; i + 1 < n; i += 2)
+			appendStringInfo(&out, "topic.%s=%s\n", dump[i], dump[i + 1]);
+		rd_kafka_conf_dump_free(dump, n);
+	}
+	/* whether or not librdkafka's dump redacts it */
+	appendStringInfo(&out, "password=%s\n", password ? password : "");
+	return out.data;
 }

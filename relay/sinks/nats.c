@@ -8,6 +8,11 @@
  * 1. `open` reads the pipeline's config (validated by nats_config.c) and
  *	  its credentials (broker.h); the connection is made by the first batch
  *	  and kept for the pipeline's life: nats.c reconnects by itself.
+ *	  natsConnection_Connect blocks (up to NATS_CONNECT_TIMEOUT_MS a
+ *	  server), so it runs on a thread of its own (connector_main), which
+ *	  hands the connection over through the shared part and the notifier:
+ *	  the loop, every other pipeline of the worker, never waits for a
+ *	  server that does not answer.
  * 2. `start` and `progress` publish what the send window allows
  *	  (send_window.c: max_in_flight, ordering 'key' and 'strict', the
  *	  deadline timeout_ms), each message with js_PublishMsgAsync: the
@@ -55,7 +60,7 @@
 
 PG_MODULE_MAGIC;
 
-/* The connect timeout: a connect blocks the loop (every pipeline's) that long at most. */
+/* The connect timeout, per server (on the connector's thread, not the loop's). */
 #define NATS_CONNECT_TIMEOUT_MS 2000
 
 /* One publish answer, as the ack handler copies it from its thread. */
@@ -83,6 +88,13 @@ typedef struct NatsShared
 	int			room;
 	int			disconnects;	/* disconnected events so far */
 	RelayNotifier notifier;
+	/* a connect on the connector's thread (connector_main) */
+	bool		connecting;		/* started, its result not taken yet */
+	bool		connect_done;	/* the result below is there */
+	natsOptions *connect_opts;	/* the connector's, which destroys them */
+	natsConnection *connect_nc; /* the connection made, or NULL */
+	natsStatus	connect_status;
+	char		connect_error[200];
 } NatsShared;
 
 /* A NATS pipeline's settings and connection. */
@@ -120,6 +132,7 @@ typedef struct NatsBatch
 	int			nslots;
 	int			disconnects;	/* shared->disconnects when it started */
 	bool		lost;			/* the connection was lost during the batch */
+	bool		connecting;		/* waits for the connector (connect_if_needed) */
 	bool		reclaimed;		/* what was in flight was taken back */
 	const char *failed_class;	/* nothing could be sent: why */
 	char		failed[256];
@@ -244,20 +257,109 @@ disconnect(NatsPipeline *p)
 }
 
 /*
- * Connects when there is no connection (or nats.c closed it for good);
- * false, with the class and error of the failure in nb.
+ * The connector's thread: connects with the options made by
+ * connect_if_needed, and hands the result over. Only nats.c's functions
+ * and the C library here, no PostgreSQL function; after the pipeline was
+ * closed (the shared part is never freed) it drops what it made.
  */
-static bool
+static void *
+connector_main(void *arg)
+{
+	NatsShared *sh = arg;
+	natsConnection *nc = NULL;
+	natsStatus	s = natsConnection_Connect(&nc, sh->connect_opts);
+	char		error[sizeof(sh->connect_error)];
+
+	/* nats.c's last error is this thread's */
+	snprintf(error, sizeof(error), "%s", s == NATS_OK ? "" : last_error(s));
+	natsOptions_Destroy(sh->connect_opts);
+	pthread_mutex_lock(&sh->lock);
+	sh->connect_opts = NULL;
+	if (!sh->closed)
+	{
+		sh->connect_nc = nc;
+		sh->connect_status = s;
+		memcpy(sh->connect_error, error, sizeof(error));
+		sh->connect_done = true;
+		RelayNotifierSignal(&sh->notifier);
+		nc = NULL;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	/* outside the lock: its closed event takes it */
+	if (nc != NULL)
+		natsConnection_Destroy(nc);
+	return NULL;
+}
+
+typedef enum NatsLink
+{
+	NATS_LINK_UP,				/* p->nc is there (nats.c may be reconnecting) */
+	NATS_LINK_PENDING,			/* the connector is at work */
+	NATS_LINK_FAILED			/* nb->failed says why */
+} NatsLink;
+
+/* The connector's result, once there: the connection, or its failure in nb. */
+static NatsLink
+take_connection(NatsPipeline *p, NatsBatch *nb)
+{
+	NatsShared *sh = p->shared;
+	natsStatus	s;
+	char		error[sizeof(sh->connect_error)];
+	jsOptions	jo;
+
+	pthread_mutex_lock(&sh->lock);
+	if (!sh->connect_done)
+	{
+		pthread_mutex_unlock(&sh->lock);
+		return NATS_LINK_PENDING;
+	}
+	p->nc = sh->connect_nc;
+	s = sh->connect_status;
+	memcpy(error, sh->connect_error, sizeof(error));
+	sh->connect_nc = NULL;
+	sh->connect_done = false;
+	sh->connecting = false;
+	pthread_mutex_unlock(&sh->lock);
+	if (s == NATS_OK)
+	{
+		jsOptions_Init(&jo);
+		jo.Wait = p->timeout_ms;
+		jo.PublishAsync.MaxPending = 100000;	/* the send window limits it */
+		jo.PublishAsync.AckHandler = ack_handler;
+		jo.PublishAsync.AckHandlerClosure = p->shared;
+		s = natsConnection_JetStream(&p->js, p->nc, &jo);
+		if (s != NATS_OK)
+			snprintf(error, sizeof(error), "%s", last_error(s));
+	}
+	if (s != NATS_OK)
+	{
+		nb->failed_class = (s == NATS_CONNECTION_AUTH_FAILED || s == NATS_NOT_PERMITTED) ?
+			RELAY_CLASS_AUTH : RELAY_CLASS_CONNECTION;
+		snprintf(nb->failed, sizeof(nb->failed), "%s: cannot connect to NATS: %s",
+				 nb->failed_class, error);
+		disconnect(p);
+		return NATS_LINK_FAILED;
+	}
+	return NATS_LINK_UP;
+}
+
+/*
+ * Connects when there is no connection (or nats.c closed it for good):
+ * starts the connector, or takes its result.
+ */
+static NatsLink
 connect_if_needed(NatsPipeline *p, NatsBatch *nb)
 {
 	natsOptions *opts = NULL;
 	natsStatus	s;
-	jsOptions	jo;
+	int			rc;
 
 	if (p->nc != NULL && natsConnection_Status(p->nc) == NATS_CONN_STATUS_CLOSED)
 		disconnect(p);
 	if (p->nc != NULL)
-		return true;
+		return NATS_LINK_UP;
+	if (p->shared->connecting)
+		return take_connection(p, nb);
 
 	s = natsOptions_Create(&opts);
 	if (s == NATS_OK)
@@ -299,29 +401,22 @@ connect_if_needed(NatsPipeline *p, NatsBatch *nb)
 		snprintf(nb->failed, sizeof(nb->failed), "%s: cannot set up the connection: %s",
 				 nb->failed_class, last_error(s));
 		natsOptions_Destroy(opts);
-		return false;
+		return NATS_LINK_FAILED;
 	}
-	s = natsConnection_Connect(&p->nc, opts);
-	natsOptions_Destroy(opts);
-	if (s == NATS_OK)
+	p->shared->connect_opts = opts;
+	p->shared->connect_done = false;
+	p->shared->connecting = true;
+	if ((rc = RelayBrokerStartThread(connector_main, p->shared)) != 0)
 	{
-		jsOptions_Init(&jo);
-		jo.Wait = p->timeout_ms;
-		jo.PublishAsync.MaxPending = 100000;	/* the send window limits it */
-		jo.PublishAsync.AckHandler = ack_handler;
-		jo.PublishAsync.AckHandlerClosure = p->shared;
-		s = natsConnection_JetStream(&p->js, p->nc, &jo);
+		p->shared->connecting = false;
+		p->shared->connect_opts = NULL;
+		natsOptions_Destroy(opts);
+		nb->failed_class = RELAY_CLASS_CONNECTION;
+		snprintf(nb->failed, sizeof(nb->failed), "connection: could not start a thread to connect: %s",
+				 strerror(rc));
+		return NATS_LINK_FAILED;
 	}
-	if (s != NATS_OK)
-	{
-		nb->failed_class = (s == NATS_CONNECTION_AUTH_FAILED || s == NATS_NOT_PERMITTED) ?
-			RELAY_CLASS_AUTH : RELAY_CLASS_CONNECTION;
-		snprintf(nb->failed, sizeof(nb->failed), "%s: cannot connect to NATS: %s",
-				 nb->failed_class, last_error(s));
-		disconnect(p);
-		return false;
-	}
-	return true;
+	return NATS_LINK_PENDING;
 }
 
 /* The slot of message id in the batch's table. */
@@ -627,10 +722,20 @@ nats_start(void *state, RelaySinkBatch *batch)
 	MemoryContextSwitchTo(old);
 
 	p->batch = batch;
-	if (connect_if_needed(p, nb) && !connected(p))
+	switch (connect_if_needed(p, nb))
 	{
-		nb->failed_class = RELAY_CLASS_CONNECTION;
-		snprintf(nb->failed, sizeof(nb->failed), "connection: the connection to NATS is lost; reconnecting");
+		case NATS_LINK_UP:
+			if (!connected(p))
+			{
+				nb->failed_class = RELAY_CLASS_CONNECTION;
+				snprintf(nb->failed, sizeof(nb->failed), "connection: the connection to NATS is lost; reconnecting");
+			}
+			break;
+		case NATS_LINK_PENDING:
+			nb->connecting = true;
+			break;
+		case NATS_LINK_FAILED:
+			break;
 	}
 	/*
 	 * Answers still queued were to messages of earlier batches, taken
@@ -653,6 +758,27 @@ nats_progress(void *state, RelaySinkBatch *batch)
 
 	if (nb->failed_class != NULL)
 		return true;
+	if (nb->connecting)
+	{
+		NatsLink	link = connect_if_needed(p, nb);
+
+		if (link == NATS_LINK_FAILED)
+			return true;
+		if (link == NATS_LINK_PENDING)
+		{
+			if (GetCurrentTimestamp() < nb->w.deadline)
+			{
+				batch->wake_at = nb->w.deadline;
+				return false;
+			}
+			/* the connector goes on; the next batch takes its result */
+			nb->failed_class = RELAY_CLASS_CONNECTION;
+			snprintf(nb->failed, sizeof(nb->failed),
+					 "connection: no connection to NATS within the batch's timeout_ms");
+			return true;
+		}
+		nb->connecting = false;
+	}
 	take_answers(p, batch, nb);
 	if (!connected(p))
 		nb->lost = true;
@@ -738,14 +864,20 @@ static void
 nats_close(void *state)
 {
 	NatsPipeline *p = state;
+	natsConnection *made;
 
 	pthread_mutex_lock(&p->shared->lock);
 	p->shared->closed = true;
+	/* made by the connector and not taken; a connector still at work drops its own */
+	made = p->shared->connect_nc;
+	p->shared->connect_nc = NULL;
 	free(p->shared->answers);
 	p->shared->answers = NULL;
 	p->shared->nanswers = p->shared->room = 0;
 	RelayNotifierClose(&p->shared->notifier);
 	pthread_mutex_unlock(&p->shared->lock);
+	if (made != NULL)
+		natsConnection_Destroy(made);
 	disconnect(p);
 }
 

@@ -6,6 +6,8 @@
  *	nats_tool URL create STREAM SUBJECT DUPLICATE_WINDOW_S [MAX_MSG_SIZE [MAX_MSGS]]
  *		creates (or updates) a file-stored stream on SUBJECT ("orders.>")
  *		with that duplicate window; MAX_MSGS > 0 with discard new
+ *	nats_tool URL seal STREAM
+ *		seals the stream: it takes no more messages
  *	nats_tool URL dump STREAM
  *		prints every message of the stream, read by a pull consumer, as a
  *		JSON line: {"seq": n, "subject": ..., "headers": {name: value}, "body": "..."}
@@ -127,7 +129,7 @@ main(int argc, char **argv)
 
 	if (argc < 4)
 	{
-		fprintf(stderr, "usage: nats_tool URL create|dump|count STREAM ...\n");
+		fprintf(stderr, "usage: nats_tool URL create|seal|dump|count STREAM ...\n");
 		return 2;
 	}
 	if ((s = natsOptions_Create(&opts)) != NATS_OK ||
@@ -171,6 +173,19 @@ main(int argc, char **argv)
 			s = js_UpdateStream(&si, js, &cfg, NULL, &code);
 		if (s != NATS_OK)
 			die("create stream", s, code);
+		jsStreamInfo_Destroy(si);
+	}
+	else if (strcmp(argv[2], "seal") == 0 && argc >= 4)
+	{
+		jsStreamInfo *si = NULL;
+		jsStreamInfo *updated = NULL;
+
+		if ((s = js_GetStreamInfo(&si, js, argv[3], NULL, &code)) != NATS_OK)
+			die("stream info", s, code);
+		si->Config->Sealed = true;
+		if ((s = js_UpdateStream(&updated, js, si->Config, NULL, &code)) != NATS_OK)
+			die("seal stream", s, code);
+		jsStreamInfo_Destroy(updated);
 		jsStreamInfo_Destroy(si);
 	}
 	else if (strcmp(argv[2], "dump") == 0 || strcmp(argv[2], "count") == 0)

@@ -10,7 +10,13 @@
 #  - authentication that fails (SASL against a broker that has none, which
 #    librdkafka reports as an authentication failure, as it does refused
 #    credentials): the pipeline is held with class "auth", nothing is
-#    dead-lettered, and the password is in no error text.
+#    dead-lettered, and the password is in no error text;
+#  - errors the brokers answer (injected by the mock cluster): too large
+#    (too_large) and a record they will not take (refused) are
+#    dead-lettered with their class; a record broken on its way and an
+#    unknown error are class broker, retried, then delivered;
+#  - a new reading of the config with the same producer settings keeps the
+#    producer (no new producer id asked for); other settings make a new one.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -175,6 +181,78 @@ is(sql("SELECT count(*) FROM tide.relay_attempts WHERE error LIKE '%hunter2%'")
 	  + sql("SELECT count(*) FROM tide.relay_pipeline_health WHERE last_error LIKE '%hunter2%'
 	      OR held_reason LIKE '%hunter2%'"), 0, 'the password is in no error');
 
+
+# 5. Errors the brokers answer to a produce request (the mock cluster
+# injects them: "error 0 <code> 1" fails the next Produce request): a
+# record too large or one the brokers will not take is dead-lettered
+# with its class; a record broken on its way and an unknown error are
+# retried (class broker), then delivered. One message at a time, so that
+# the failed request holds it alone.
+sql("SELECT tide.outbox_create('answers')");
+$kafka->command("create answers 1");
+set_pipeline('answers', 'answers', { %common, topic => 'answers', batch_size => 1 });
+wait_all('answers', [ publish('answers', 1) ], 30);
+my %answer_of;
+for my $case ([ 10, 'too_large' ], [ 87, 'refused' ], [ 44, 'refused' ], [ 2, 'broker' ], [ -1, 'broker' ])
+{
+	my ($code, $class) = @$case;
+	$kafka->command("error 0 $code 1");
+	my ($id) = publish('answers', 1);
+	$answer_of{$id} = $case;
+	wait_until(sub {
+		sql("SELECT count(*) FROM tide.relay_attempts WHERE message_id = $id AND pipeline_id = 'answers'
+		   AND (status = 'success' OR error_class IS NOT NULL)") > 0 }, 30, 100);
+	if ($class eq 'broker')
+	{
+		ok(defined wait_until(sub { copies('answers')->{$id} }, 30, 200),
+			"Kafka error $code: delivered in the end");
+		is(sql("SELECT string_agg(attempt || ' ' || status || ' ' || coalesce(error_class, ''), ',' ORDER BY id)
+			  FROM tide.relay_attempts WHERE message_id = $id AND pipeline_id = 'answers'"),
+			'1 failed broker,2 success ', "Kafka error $code: class broker, retried once, then delivered");
+	}
+	else
+	{
+		ok(defined wait_until(sub {
+			sql("SELECT count(*) FROM tide.relay_dlq WHERE message_id = $id AND pipeline_id = 'answers'") eq '1' }, 30, 100),
+			"Kafka error $code: dead-lettered");
+		is(sql("SELECT last_error_class FROM tide.relay_dlq WHERE message_id = $id AND pipeline_id = 'answers'")
+			  . ' ' . sql("SELECT string_agg(error_class, ',') FROM tide.relay_attempts
+				  WHERE message_id = $id AND pipeline_id = 'answers'")
+			  . ' ' . sql("SELECT last_error_class FROM tide.relay_pipeline_status WHERE pipeline = 'answers'"),
+			"$class $class $class", "Kafka error $code: class $class in relay_dlq, relay_attempts and status");
+		ok(!copies('answers')->{$id}, "Kafka error $code: not on the topic");
+	}
+}
+is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'answers'"), '3',
+	'only the three refused messages are dead-lettered');
+
+# 6. A new reading of the config keeps the producer when its librdkafka
+# settings are the same (here another topic), and makes a new one when
+# they differ (linger_ms). Shown with an error the mock cluster answers to
+# the next two InitProducerId requests (api key 22,
+# CLUSTER_AUTHORIZATION_FAILED, fatal for an idempotent producer): only a
+# new producer asks for a producer id, and a message of a new producer
+# fails (two, so that a producer made before its first message meets one
+# too).
+sql("SELECT tide.outbox_create('reread')");
+$kafka->command("create reread_a 1");
+$kafka->command("create reread_b 1");
+my %reread = (%common, batch_size => 10);
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_a' });
+wait_all('reread_a', [ publish('reread', 1) ], 30);
+$kafka->command("error 22 31 2");
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_b' });
+my ($kept) = publish('reread', 1);
+ok(defined wait_all('reread_b', [$kept], 30)->{$kept}, 'after a change of topic the message arrives');
+is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'reread' AND message_id = $kept
+	  AND status = 'failed'"), '0', 'the same producer delivered it: no producer id asked for, no failure');
+set_pipeline('reread', 'reread', { %reread, topic => 'reread_b', linger_ms => 5 });
+my ($renewed) = publish('reread', 1);
+ok(defined wait_all('reread_b', [$renewed], 60)->{$renewed}, 'after a change of linger_ms the message arrives');
+ok(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'reread' AND message_id = $renewed
+	  AND status = 'failed'") > 0, 'a new producer delivered it, after the producer id it asked for was refused')
+  or diag(sql("SELECT string_agg(attempt || ' ' || status || ' ' || coalesce(error_class, '') || ' ' || coalesce(error, ''), E'\\n' ORDER BY id)
+	  FROM tide.relay_attempts WHERE pipeline_id = 'reread'"));
 
 $node->stop;
 $kafka->stop;

@@ -2,7 +2,9 @@
 # 127.0.0.1), read back by test/brokers/nats_tool, a nats.c client:
 #  1. a backlog arrives whole, each message once, on the subject its
 #     template names, with pg_tide's headers, Nats-Msg-Id and the payload as
-#     the body; "envelope" sends the message's JSON object;
+#     the body; "envelope" sends the message's JSON object; the backlog
+#     sent again (tide.relay_replay) is dropped by the stream as duplicates
+#     (Nats-Msg-Id inside its window);
 #  2. kill -9 of the postmaster mid-delivery loses nothing, and the stream
 #     holds no duplicate (Nats-Msg-Id inside the duplicate window);
 #  3. nats-server stopped and started again mid-stream: the pipeline is
@@ -10,7 +12,8 @@
 #     nothing lost, nothing twice;
 #  4. refused messages are dead-lettered with their class (too_large from
 #     the stream's max_msg_size and from the server's max_payload,
-#     template), unknown_destination for a subject no stream takes after
+#     template, refused from a sealed stream and for a header NATS cannot
+#     carry), unknown_destination for a subject no stream takes after
 #     retry.max_attempts; a full stream (discard new) is a retryable broker
 #     failure;
 #  5. bad configs are refused by relay_set_outbox with 22023 and a hint.
@@ -139,6 +142,23 @@ is(sqlv("SELECT (config ->> 'attempt_log') || ' ' || (SELECT count(*) FROM tide.
 		  FROM tide.relay_outbox_config WHERE name = 'to_nats'"),
 	'failures 0', 'test 1: relay_attempts: failures only by default, and none failed');
 
+# The same 2,000 sent again (tide.relay_replay, inside the stream's
+# duplicate window of 120 s): each is acknowledged, the stream answers that
+# it had it (the attempt's response "duplicate") and keeps one copy.
+set_pipeline('to_nats', 'orders', { subject => 'orders.{type}', stream => 'ORDERS',
+		batch_size => 100, max_in_flight => 64, attempt_log => JSON::PP::true });
+is(sqlv("SELECT tide.relay_replay('to_nats', $ids[0], $ids[-1])"), '2000', 'test 1: 2,000 replayed');
+ok($node->poll_query_until('postgres',
+		"SELECT count(DISTINCT message_id) = 2000 FROM tide.relay_attempts
+		  WHERE pipeline_id = 'to_nats' AND manual AND status = 'success'"),
+	'test 1: the relay delivered each of them a second time');
+is(sqlv("SELECT count(DISTINCT message_id) FROM tide.relay_attempts
+	  WHERE pipeline_id = 'to_nats' AND manual AND status = 'success' AND response_snippet = 'duplicate'"),
+	'2000', 'test 1: the stream answered each second copy as a duplicate');
+($missing, $dups) = missing_and_duplicates('ORDERS', \@ids);
+is("$missing $dups " . $nats->count('ORDERS'), '0 0 2000',
+	'test 1: the stream still holds each message once (Nats-Msg-Id inside the duplicate window)');
+
 $nats->create_stream('ENV', 'env.>', 120);
 $node->safe_psql('postgres', "SELECT tide.outbox_create('env')");
 my @env = split /\n/, sqlv("SELECT tide.outbox_publish('env', '{\"a\": 1}', '{\"k\": \"x\"}')");
@@ -217,13 +237,16 @@ is_deeply([ $envelope->{id}, $envelope->{message_id}, $envelope->{payload}, $env
 {
 	$nats->create_stream('SMALL', 'small.>', 120, 1024);
 	$nats->create_stream('FULL', 'full.>', 120, 0, 1);
+	$nats->create_stream('SEALED', 'sealed.>', 120);
+	$nats->tool('seal', 'SEALED');
 	$node->safe_psql('postgres', "SELECT tide.outbox_create('refuse')");
 	set_pipeline('to_refuse', 'refuse', { subject => '{dest}', batch_size => 10,
 			retry => { base_ms => 100, cap_ms => 200, max_attempts => 2 } });
 	my %id;
 	my $pub = sub {
-		my ($name, $payload, $dest) = @_;
+		my ($name, $payload, $dest, $more) = @_;
 		my $h = defined $dest ? "jsonb_build_object('dest', '$dest')" : "'{}'::jsonb";
+		$h .= " || '$more'::jsonb" if defined $more;
 		($id{$name}) = split /\n/, sqlv("SELECT tide.outbox_publish('refuse', $payload, $h)");
 	};
 	$pub->('stream_max', "jsonb_build_object('pad', repeat('x', 2000))", 'small.big');
@@ -231,12 +254,14 @@ is_deeply([ $envelope->{id}, $envelope->{message_id}, $envelope->{payload}, $env
 	$pub->('no_stream', "'{}'", 'nostream.x');
 	$pub->('no_header', "'{}'", undef);
 	$pub->('bad_subject', "'{}'", 'small.a b');
+	$pub->('sealed', "'{}'", 'sealed.x');
+	$pub->('bad_header', "'{}'", 'small.h', '{"bad name": 1}');
 	$pub->('ok', "'{}'", 'small.ok');
 	$pub->('full1', "'{}'", 'full.x');
 	$pub->('full2', "'{}'", 'full.x');
 	ok($node->poll_query_until('postgres',
-			"SELECT count(*) = 6 FROM tide.relay_dlq WHERE pipeline_id = 'to_refuse'"),
-		'test 4: six refused messages are dead-lettered');
+			"SELECT count(*) = 8 FROM tide.relay_dlq WHERE pipeline_id = 'to_refuse'"),
+		'test 4: eight refused messages are dead-lettered');
 	my %dlq = map { my ($m, $r, $c) = split /\|/; ($m => "$r $c") } split /\n/,
 	  sqlv("SELECT message_id, reason, last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'to_refuse'");
 	is($dlq{ $id{stream_max} }, 'permanent too_large', 'test 4: over the stream\'s max_msg_size: too_large, permanent');
@@ -245,6 +270,8 @@ is_deeply([ $envelope->{id}, $envelope->{message_id}, $envelope->{payload}, $env
 		'test 4: a subject no stream takes: unknown_destination, retried (a server shutting down answers the same) until retry.max_attempts');
 	is($dlq{ $id{no_header} }, 'permanent template', 'test 4: a template header missing: template, permanent');
 	is($dlq{ $id{bad_subject} }, 'permanent template', 'test 4: a subject with a space: template, permanent');
+	is($dlq{ $id{sealed} }, 'permanent refused', 'test 4: a sealed stream: refused, permanent');
+	is($dlq{ $id{bad_header} }, 'permanent refused', 'test 4: a header name NATS cannot carry: refused, permanent');
 	is($dlq{ $id{full2} }, 'exhausted broker', 'test 4: a full stream (discard new): broker, retried until retry.max_attempts');
 	is(sqlv("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'to_refuse' AND message_id = $id{full2}
 		   AND status = 'failed' AND error_class = 'broker'"), '2',

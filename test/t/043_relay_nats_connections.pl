@@ -11,7 +11,10 @@
 #     certificate is refused (class connection, held);
 #  5. ordering "key" with many in flight: each key's messages in order;
 #  6. a publish heard but never acknowledged: class timeout, retried, then
-#     dead-lettered as exhausted.
+#     dead-lettered as exhausted;
+#  7. servers that never answer (SYNs dropped): the connect does not hold
+#     the worker, a file pipeline beside it delivers meanwhile; then held,
+#     class connection.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -19,7 +22,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until unanswered_port);
 use PgTide::NatsServer;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
@@ -228,5 +231,41 @@ sub dead_letters
 }
 
 $_->stop for @servers;
+###########################################################################
+# 7. Servers that never answer (unanswered_port: the kernel drops the
+# relay's SYNs):
+# the connect waits on a thread of its own, not in the worker's loop, so
+# a file pipeline beside it, in the same worker, has delivered its
+# messages before the NATS pipeline's connect has failed (four servers,
+# two seconds each).
+###########################################################################
+{
+	my @silent = map { [ unanswered_port() ] } 1 .. 4;
+	my $file = "$dir/beside.jsonl";
+	sqlv("SELECT tide.outbox_create('unanswered')");
+	sqlv("SELECT tide.outbox_create('beside')");
+	set_pipeline('unanswered', { servers => [ map { 'nats://127.0.0.1:' . $_->[0] } @silent ],
+			timeout_ms => 15000 });
+	publish('unanswered', 3);
+	sqlv("SELECT tide.relay_set_outbox('beside', 'beside', 'beside',
+		jsonb_build_object('sink_type', 'file', 'path', '$file'))");
+	# the NATS pipeline's connect has begun when the file's messages come
+	usleep(500_000);
+	sqlv("SELECT tide.outbox_publish('beside', jsonb_build_object('n', g)) FROM generate_series(1, 10) g");
+	my $lines = sub { open(my $fh, '<', $file) or return 0; my @l = <$fh>; return scalar @l };
+	ok(defined wait_until(sub { $lines->() >= 10 }, 30, 20_000), 'test 7: the file pipeline delivers its 10 messages');
+	is(sqlv("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'unanswered'"), '0',
+		'test 7: before the connect to the servers that never answer has failed');
+	ok($node->poll_query_until('postgres',
+			"SELECT health = 'held' AND last_error_class = 'connection' FROM tide.relay_pipeline_status
+			  WHERE pipeline = 'unanswered'"),
+		'test 7: the NATS pipeline is then held, class connection');
+	is(sqlv("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'unanswered'"), '0',
+		'test 7: nothing is dead-lettered');
+	sqlv("SELECT tide.relay_delete('unanswered')");
+	sqlv("SELECT tide.relay_delete('beside')");
+	$_->[1]->() for @silent;
+}
+
 $node->stop;
 done_testing();

@@ -4,12 +4,14 @@
 # MQTT 5 user properties and the payload as the body; MQTT 3.1.1 gets the
 # message's JSON object as the body; QoS 2 delivers; ordering 'key' keeps
 # each key's order; a refused message (too large, a template's header
-# missing, a wildcard in the topic) is dead-lettered with its class; TLS
-# delivers when the broker's certificate is verified, and an untrusted one
-# holds the pipeline (class connection); a topic the broker's access rules
-# deny holds it (class auth); wrong credentials hold it (class auth) and
-# dead-letter nothing, and it delivers once they are right; no password
-# reaches the log; bad configs are refused with 22023 and a hint.
+# missing, a wildcard in the topic, a control character in it, a payload
+# the broker answers with PUBACK 0x95) is dead-lettered with its class;
+# TLS delivers when the broker's certificate is verified, and an untrusted
+# one holds the pipeline (class connection);
+# a topic the broker's access rules deny holds it (class auth); wrong
+# credentials hold it (class auth) and dead-letter nothing, and it
+# delivers once they are right; no password reaches the log; bad configs
+# are refused with 22023 and a hint.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -29,8 +31,10 @@ my $json = JSON::PP->new->canonical;
 
 # Every client authenticates; max_packet_size is sent to MQTT 5 clients in
 # CONNACK, the limit a too large message meets.
-# A second listener takes TLS; the access rules deny the relay topic denied/#.
-my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\n",
+# A second listener takes TLS; the access rules deny the relay topic denied/#;
+# message_size_limit (not sent in CONNACK) makes the broker answer a PUBLISH
+# of a payload over 3,000 bytes with PUBACK reason code 0x95.
+my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\nmessage_size_limit 3000\n",
 	users => { relay => 'relay-secret', reader => 'reader-secret' }, tls => 1,
 	acl => "user relay\ntopic readwrite #\ntopic deny denied/#\nuser reader\ntopic read #\n");
 $mq->start;
@@ -180,6 +184,28 @@ is(sql("SELECT string_agg(message_id || ':' || last_error_class, ',' ORDER BY me
 	"$big:too_large,$nohdr:template,$wild:template", 'with classes too_large, template, template');
 is(scalar(grep { ($_->{props}{'tide-id'} // '') =~ /:($big|$nohdr|$wild)$/ } $mq->messages($sub4)), 0,
 	'no refused message reached the broker');
+
+# A payload the broker refuses on PUBACK (0x95, over its message_size_limit,
+# under the maximum packet size that the relay checks itself): too_large,
+# dead-lettered; the pipeline goes on.
+my ($over) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', jsonb_build_object('x', repeat('y', 3500)), '{"kind": "over"}')});
+my ($next) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', '{"x": 5}', '{"kind": "fine"}')});
+ok(wait_all($sub4, [$next], 0, 30), 'a good message after one the broker refused is delivered');
+is(sql("SELECT last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'bq' AND message_id = $over"),
+	'too_large', 'a payload over the broker\'s message_size_limit: dead-lettered, class too_large');
+like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'bq' AND message_id = $over"),
+	qr/reason code 0x95/, 'the error gives the broker\'s reason code');
+
+# A topic that is not a valid MQTT topic name (a control character, which
+# MQTT's UTF-8 rules forbid and the broker would answer by closing the
+# connection): refused for good, dead-lettered with class refused; the
+# pipeline goes on.
+my ($ctl) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', '{"x": 3}', '{"kind": "bell\u0007"}')});
+my ($after) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', '{"x": 4}', '{"kind": "fine"}')});
+ok(wait_all($sub4, [$after], 0, 30), 'a good message after a refused topic is delivered');
+is(sql("SELECT last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'bq' AND message_id = $ctl")
+	  . ' ' . sql("SELECT string_agg(error_class, ',') FROM tide.relay_attempts WHERE pipeline_id = 'bq' AND message_id = $ctl"),
+	'refused refused', 'a topic with a control character: dead-lettered, class refused');
 
 # --- TLS, verified against the test's CA; an unknown CA holds the pipeline.
 sql("SELECT tide.outbox_create('sealed')");

@@ -7,9 +7,10 @@ use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use Time::HiRes qw(time usleep);
+use IO::Socket::INET;
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until disk_full);
+our @EXPORT_OK = qw(wait_until disk_full unanswered_port);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -58,6 +59,22 @@ sub disk_full
 		END \$\$;
 		CREATE TRIGGER disk_full BEFORE $events ON $table
 			FOR EACH STATEMENT EXECUTE FUNCTION public.disk_full()});
+}
+
+# unanswered_port(): a port of 127.0.0.1 that never answers, as an address
+# whose packets are lost: a socket listens there and never accepts, and
+# its backlog (1) is filled first, so that the kernel drops the SYNs of
+# every connection tried later. Returns the port and a sub that closes
+# it all (or let the sockets go when the test ends).
+sub unanswered_port
+{
+	my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1, ReuseAddr => 1)
+	  or die "unanswered_port: $!";
+	# a backlog of 1 holds two connections
+	my @fillers = grep { defined } map {
+		IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen->sockport, Blocking => 0)
+	} 1 .. 3;
+	return ($listen->sockport, sub { close $_ for @fillers, $listen; });
 }
 
 1;
