@@ -52,11 +52,11 @@
 #include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/jsonb.h"
-#include "storage/lmgr.h"
 #include "utils/inval.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
 #include "admission_cache.h"
@@ -148,8 +148,9 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
  * count is exact; it is only taken when a bound (last id handed out minus
  * that position) says the threshold could be reached. Raises the error
  * that applies; returns the position (see the top of the file) when the
- * publish is admitted. Reads with a new snapshot (under READ COMMITTED)
- * like the INSERT, so that it sees a drop the INSERT waited for.
+ * publish is admitted, and the outbox's inline_threshold in *threshold_out.
+ * Reads with a new snapshot (under READ COMMITTED), so that run under the
+ * publish's lock it sees a drop the lock waited for.
  */
 static int64
 outbox_admit(const char *name, int64 n, int64 *threshold_out)
