@@ -53,10 +53,11 @@ CREATE EXTENSION pg_tide;
 -- run publishes up to a few million). 2e9, near the int maximum, is far
 -- above anything a run publishes, so backpressure never refuses and the
 -- cheap upper bound of the fast path (last id handed out minus the oldest
--- unconsumed id) always stays below it: the slow path never runs. The
--- backpressure check itself still runs on every publish call (the publish
--- INSERT reads the config row, probes the pending index for the oldest
--- unconsumed id and reads the sequence) and is part of what is measured.
+-- unconsumed id) always stays below it: the exact count never runs. The
+-- backpressure check itself still runs on every publish call (the bound on
+-- every call; the full check, which reads the config row, the oldest
+-- unconsumed id and the sequence, once a second per backend) and is part
+-- of what is measured.
 SELECT tide.outbox_create('bench', p_inline_threshold => 2000000000) \gset
 
 -- The baseline: tide.tide_outbox_messages' columns and types, a bigint

@@ -8,36 +8,39 @@
  * with the publish tracker (tracker.c).
  *
  * Publishing is admitted when the outbox exists, is enabled, and would not
- * hold more unconsumed messages than its inline_threshold. To cost little,
- * a publish is one INSERT ... SELECT in the common case:
+ * hold more unconsumed messages than its inline_threshold. To cost little
+ * more than an INSERT, a publish in the common case is one plain INSERT:
  *
  * 1. Ids first: the publish takes its ids (tracker.c) and asks
  *	  partitions.c for the table that holds them: a child table of
  *	  tide_outbox_messages, or the parent. It inserts there directly, so
  *	  the row is never routed and retention can drop the child whole.
- * 2. Fast path: the INSERT reads the outbox's config row and inserts only
- *	  when the outbox is enabled and a cheap upper bound on its unconsumed
- *	  messages leaves room: the ids from the outbox's position (below it
- *	  every message is consumed) to the last id it takes. The position is
- *	  remembered per backend for at most ADMISSION_CACHE_MS, so the INSERT
- *	  reads no message table (a probe there would lock every child table,
+ * 2. Fast path: the backend remembers, for at most ADMISSION_CACHE_MS and
+ *	  until tide_outbox_config changes, that the outbox exists and is
+ *	  enabled, its inline_threshold and its position (below it every
+ *	  message is consumed; src/admission_cache.c). The publish locks its
+ *	  table, takes in the invalidations, and inserts when a cheap upper
+ *	  bound on the unconsumed messages leaves room: the ids from the
+ *	  position to the last id it takes. Neither the config row nor a
+ *	  message table is read (a probe there would lock every child table,
  *	  and retention drops them).
- * 3. Slow path, when the fast path inserted nothing or the backend knows
- *	  no recent position: the full check, which raises the error that
- *	  applies (missing, disabled, or too many messages by an exact count
- *	  above the lowest consumer group position), and if the outbox has room
- *	  after all, the same INSERT told to skip the bound. It also yields the
- *	  position for the cache.
+ * 3. Slow path, when the backend remembers nothing it may use or the bound
+ *	  is reached: the full check, which raises the error that applies
+ *	  (missing, disabled, or too many messages by an exact count above the
+ *	  lowest consumer group position), and otherwise admits the publish and
+ *	  yields what step 2 remembers.
  *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
- * multixacts). The INSERT itself reads the config row instead: it takes
- * ROW EXCLUSIVE on the message table before its snapshot, and outbox_drop
- * takes SHARE ROW EXCLUSIVE before it deletes, so a publish either ends
- * before the drop deletes its messages or waits and then finds no outbox.
- * Under REPEATABLE READ the snapshot is older than the lock, so there the
- * INSERT also locks the config row (FOR KEY SHARE) and fails with a
- * serialization error if a drop removed it.
+ * multixacts). The publish holds ROW EXCLUSIVE on its table from step 2
+ * until it ends, and outbox_drop takes SHARE ROW EXCLUSIVE on the message
+ * tables before it deletes, so a publish either ends before the drop
+ * deletes its messages or waits, then processes the drop's invalidation
+ * and finds no outbox in the slow path. Under REPEATABLE READ the
+ * snapshot is older than the lock, so there the INSERT itself reads and
+ * locks the config row (FOR KEY SHARE) and fails with a serialization
+ * error if a drop removed it; it inserts nothing when the outbox is
+ * disabled or full, and the slow path then raises the error.
  *
  * The statements name every function, operator and type with its schema:
  * they run with the caller's search_path (a fixed one would cost every
@@ -49,12 +52,14 @@
 #include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/timestamp.h"
 
+#include "admission_cache.h"
 #include "partitions.h"
 #include "pg_tide.h"
 
@@ -64,46 +69,42 @@ PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
 static SPIPlanPtr admit_plan = NULL;
 static SPIPlanPtr count_plan = NULL;
 
-/* How long a backend trusts an outbox's position it read (step 2). */
-#define ADMISSION_CACHE_MS 1000
-
-/* The last position the slow path read, for one outbox. */
-typedef struct AdmissionCache
-{
-	char		outbox[NAMEDATALEN];
-	int64		position;
-	TimestampTz read_at;
-	Oid			sequence;
-} AdmissionCache;
-
-static AdmissionCache admission = {"", 0, 0, InvalidOid};
-
 /*
- * The fast path's admission, as a condition on the config row c: $4 skips
- * it (the slow path admitted the publish), $6 is the outbox's position,
- * $7 the last id the publish takes. Every unconsumed message lies between
- * the position and the last id handed out, so their distance bounds the
- * count.
+ * The REPEATABLE READ INSERT's admission, as a condition on the config row
+ * c: $4 skips it (the slow path admitted the publish), $6 is the outbox's
+ * position, $7 the last id the publish takes. Every unconsumed message lies
+ * between the position and the last id handed out, so their distance
+ * bounds the count.
  */
 #define ADMITTED_BY_BOUND \
 	"c.enabled AND ($4 OR $7 OPERATOR(pg_catalog.-) $6 OPERATOR(pg_catalog.<=) c.inline_threshold)"
 
 /*
- * The INSERTs into the table named by %s (in schema tide; partitions.c),
- * without their locking clause: $1 outbox, $2 payload (jsonb[] for a
- * batch), $3 headers, $5 the id (bigint[] for a batch).
+ * The INSERTs into the table named by %s (in schema tide; partitions.c):
+ * $1 outbox, $2 payload (jsonb[] for a batch), $3 headers, $5 the id
+ * (bigint[] for a batch). Under READ COMMITTED the admission was decided
+ * before (step 2 at the top of the file); under REPEATABLE READ the INSERT
+ * reads and locks the config row itself.
  */
 #define INSERT_ONE_SQL \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers) VALUES ($5, $1, $2, $3)"
+#define INSERT_BATCH_SQL \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
+	" SELECT p.id, $1, p.payload, $3" \
+	"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5)) WITH ORDINALITY AS p (payload, id, n)" \
+	"  ORDER BY p.n"
+#define INSERT_ONE_LOCKING_SQL \
 	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
 	" SELECT $5, c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
-	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND
-#define INSERT_BATCH_SQL \
+	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
+	"  FOR KEY SHARE OF c"
+#define INSERT_BATCH_LOCKING_SQL \
 	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
 	" SELECT p.id, c.outbox_name, p.payload, $3" \
 	"   FROM tide.tide_outbox_config c," \
 	"        ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5)) WITH ORDINALITY AS p (payload, id, n)" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
-	"  ORDER BY p.n"
+	"  ORDER BY p.n FOR KEY SHARE OF c"
 
 /* The outbox name argument, validated. */
 static char *
@@ -147,11 +148,12 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
  * count is exact; it is only taken when a bound (last id handed out minus
  * that position) says the threshold could be reached. Raises the error
  * that applies; returns the position (see the top of the file) when the
- * publish is admitted. Reads with a new snapshot (under READ COMMITTED)
- * like the INSERT, so that it sees a drop the INSERT waited for.
+ * publish is admitted, and the outbox's inline_threshold in *threshold_out.
+ * Reads with a new snapshot (under READ COMMITTED), so that run under the
+ * publish's lock it sees a drop the lock waited for.
  */
 static int64
-outbox_admit(const char *name, int64 n)
+outbox_admit(const char *name, int64 n, int64 *threshold_out)
 {
 	Oid			admit_types[1] = {TEXTOID};
 	Oid			count_types[3] = {TEXTOID, INT8OID, INT8OID};
@@ -189,6 +191,7 @@ outbox_admit(const char *name, int64 n)
 				 errmsg("outbox \"%s\" is disabled", name),
 				 errhint("Enable it with tide.outbox_enable().")));
 
+	*threshold_out = threshold;
 	if (TrackerSequenceLastValue() - low + n <= threshold)
 		return low;
 
@@ -219,36 +222,18 @@ outbox_admit(const char *name, int64 n)
 }
 
 /*
- * The slow path, remembering the position it read for the fast path of
- * the next publishes of this backend.
+ * The slow path, remembering what it read for the fast path of the next
+ * publishes of this backend (src/admission_cache.c).
  */
 static int64
 admit_and_remember(const char *name, int64 n)
 {
-	int64		position = outbox_admit(name, n);
+	uint64		generation = AdmissionGeneration();
+	int64		threshold;
+	int64		position = outbox_admit(name, n, &threshold);
 
-	strlcpy(admission.outbox, name, NAMEDATALEN);
-	admission.position = position;
-	admission.read_at = GetCurrentTimestamp();
-	admission.sequence = TrackerSequenceOid();
+	AdmissionRemember(name, position, threshold, generation);
 	return position;
-}
-
-/*
- * The outbox's position this backend read less than ADMISSION_CACHE_MS
- * ago, if any. Positions only move forward while a backend remembers one
- * (a rewind or a new group is seen within ADMISSION_CACHE_MS), so an old
- * one only overstates the count.
- */
-static bool
-remembered_position(const char *name, int64 *position)
-{
-	if (admission.outbox[0] == '\0' || strcmp(admission.outbox, name) != 0 ||
-		admission.sequence != TrackerSequenceOid() ||
-		TimestampDifferenceExceeds(admission.read_at, GetCurrentTimestamp(), ADMISSION_CACHE_MS))
-		return false;
-	*position = admission.position;
-	return true;
 }
 
 /* The saved INSERT of a target table, prepared on first use. */
@@ -263,12 +248,31 @@ insert_plan(PublishTarget *target, bool batch, bool locking)
 	if (target->plans[which] != NULL)
 		return target->plans[which];
 	if (batch)
-		sql = psprintf(locking ? INSERT_BATCH_SQL " FOR KEY SHARE OF c" : INSERT_BATCH_SQL,
-					   target->table);
+		sql = psprintf(locking ? INSERT_BATCH_LOCKING_SQL : INSERT_BATCH_SQL, target->table);
 	else
-		sql = psprintf(locking ? INSERT_ONE_SQL " FOR KEY SHARE OF c" : INSERT_ONE_SQL,
-					   target->table);
+		sql = psprintf(locking ? INSERT_ONE_LOCKING_SQL : INSERT_ONE_SQL, target->table);
 	return TidePlan(&target->plans[which], sql, 7, types);
+}
+
+/*
+ * Step 2 under READ COMMITTED, once the ids first to last are taken: holds
+ * the lock of the table they go to (the one outbox_drop waits for) and
+ * takes in every change of tide_outbox_config committed before. What the
+ * backend knew before the lock (`position`, and `threshold` unless the
+ * slow path just `admitted` the publish) still holds when no invalidation
+ * arrived since `generation`; otherwise, or when the bound leaves no room,
+ * the slow path decides, now under the lock.
+ */
+static void
+admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, int64 last,
+				 uint64 generation, bool admitted, int64 position, int64 threshold)
+{
+	LockRelationOid(target->relid, RowExclusiveLock);
+	AcceptInvalidationMessages();
+	if (generation == AdmissionGeneration() && first > position &&
+		(admitted || last - position <= threshold))
+		return;
+	admit_and_remember(name, n);
 }
 
 /*
@@ -282,29 +286,36 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	Datum		args[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64	   *ids = palloc(sizeof(int64) * n);
-	int64		position;
+	bool		locking = IsolationUsesXactSnapshot();
+	uint64		generation = AdmissionGeneration();
+	int64		position = 0;
+	int64		threshold = 0;
 	bool		admitted;
+	PublishTarget *target;
 	SPIPlanPtr	plan;
 
 	/*
 	 * Without a recent position the slow path runs first, so that a refused
-	 * publish takes no id. With one, only an outbox disabled or dropped in
-	 * the last ADMISSION_CACHE_MS is refused after its ids were taken.
+	 * publish takes no id. With one, only an outbox disabled, dropped or
+	 * full since is refused after its ids were taken.
 	 */
-	admitted = !remembered_position(name, &position);
+	admitted = !AdmissionRemembered(name, &position, &threshold);
 	if (admitted)
 		position = admit_and_remember(name, n);
 
 	/* Step 1: the ids, in the order of the payloads, and their table. */
 	for (int64 i = 0; i < n; i++)
 		ids[i] = TrackerNextMessageId();
-	/* A sequence set back below the position: read it again. */
-	if (!admitted && ids[0] <= position)
+	target = PartitionTargetFor(ids[0], ids[n - 1]);
+	plan = insert_plan(target, batch, locking);
+	if (!locking)
+		admit_under_lock(name, n, target, ids[0], ids[n - 1], generation, admitted, position, threshold);
+	else if (!admitted && ids[0] <= position)
 	{
+		/* A sequence set back below the position: read it again. */
 		position = admit_and_remember(name, n);
 		admitted = true;
 	}
-	plan = insert_plan(PartitionTargetFor(ids[0], ids[n - 1]), batch, IsolationUsesXactSnapshot());
 
 	args[0] = CStringGetTextDatum(name);
 	args[1] = payload;
@@ -332,7 +343,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 			elog(ERROR, "could not insert messages into outbox \"%s\"", name);
 		if (SPI_processed == (uint64) n)
 			return ids[0];
-		/* The slow path raises the error that applies, or admits. */
+		/* REPEATABLE READ: the slow path raises the error that applies, or admits. */
 		args[5] = Int64GetDatum(admit_and_remember(name, n));
 		args[3] = BoolGetDatum(true);
 	}
@@ -457,7 +468,11 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	if (count > 0)
 		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
 	else
-		outbox_admit(name, 0);	/* publishes nothing, but checks the outbox */
+	{
+		int64		threshold;
+
+		outbox_admit(name, 0, &threshold);	/* publishes nothing, but checks the outbox */
+	}
 	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(count);

@@ -201,6 +201,7 @@ PartitionTargetFor(int64 first, int64 last)
 	{
 		forget_children();
 		forget_plans(&parent_target);
+		parent_target.relid = InvalidOid;
 		cache_sequence = seq;
 	}
 	child = cached_child(first, last, &gone);
@@ -209,7 +210,15 @@ PartitionTargetFor(int64 first, int64 last)
 		look_up_children(first, last);
 		child = cached_child(first, last, &gone);
 	}
-	return child ? child : &parent_target;
+	if (child)
+		return child;
+	if (!OidIsValid(parent_target.relid))
+	{
+		parent_target.relid = tide_table(parent_target.table);
+		if (!OidIsValid(parent_target.relid))
+			elog(ERROR, "relation tide.%s does not exist", parent_target.table);
+	}
+	return &parent_target;
 }
 
 /*

@@ -12,7 +12,9 @@
 -- groups is cleared when relay_outbox_config changes.
 -- ---------------------------------------------------------------------------
 
--- Makes every backend forget its cached rights (or pipelines' groups) at commit.
+-- Makes every backend forget its cached rights (or pipelines' groups, or
+-- what it remembers of an outbox for publishing) at commit: a relcache
+-- invalidation of the trigger's table.
 CREATE OR REPLACE FUNCTION tide._rights_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'tide_rights_changed'

@@ -4,3 +4,9 @@
 CREATE TRIGGER relay_outbox_config_check
 	BEFORE INSERT OR UPDATE ON tide.relay_outbox_config
 	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();
+
+-- A change of an outbox's config makes every backend forget what it
+-- remembers of it for publishing (src/admission_cache.c) at commit.
+CREATE TRIGGER tide_outbox_config_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.tide_outbox_config
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
