@@ -206,9 +206,17 @@ for my $case ([ 10, 'too_large' ], [ 87, 'refused' ], [ 44, 'refused' ], [ 2, 'b
 	{
 		ok(defined wait_until(sub { copies('answers')->{$id} }, 30, 200),
 			"Kafka error $code: delivered in the end");
-		is(sql("SELECT string_agg(attempt || ' ' || status || ' ' || coalesce(error_class, ''), ',' ORDER BY id)
-			  FROM tide.relay_attempts WHERE message_id = $id AND pipeline_id = 'answers'"),
-			'1 failed broker,2 success ', "Kafka error $code: class broker, retried once, then delivered");
+		# librdkafka 2.8 and later retry a corrupt record (error 2) themselves
+		my $attempts = sql("SELECT string_agg(attempt || ' ' || status || ' ' || coalesce(error_class, ''), ',' ORDER BY id)
+			  FROM tide.relay_attempts WHERE message_id = $id AND pipeline_id = 'answers'");
+		if ($code == 2 && $attempts eq '1 success ')
+		{
+			pass("Kafka error $code: retried by librdkafka, delivered at the relay's first attempt");
+		}
+		else
+		{
+			is($attempts, '1 failed broker,2 success ', "Kafka error $code: class broker, retried once, then delivered");
+		}
 	}
 	else
 	{

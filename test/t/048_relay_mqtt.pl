@@ -187,14 +187,23 @@ is(scalar(grep { ($_->{props}{'tide-id'} // '') =~ /:($big|$nohdr|$wild)$/ } $mq
 
 # A payload the broker refuses on PUBACK (0x95, over its message_size_limit,
 # under the maximum packet size that the relay checks itself): too_large,
-# dead-lettered; the pipeline goes on.
-my ($over) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', jsonb_build_object('x', repeat('y', 3500)), '{"kind": "over"}')});
-my ($next) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', '{"x": 5}', '{"kind": "fine"}')});
-ok(wait_all($sub4, [$next], 0, 30), 'a good message after one the broker refused is delivered');
-is(sql("SELECT last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'bq' AND message_id = $over"),
-	'too_large', 'a payload over the broker\'s message_size_limit: dead-lettered, class too_large');
-like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'bq' AND message_id = $over"),
-	qr/reason code 0x95/, 'the error gives the broker\'s reason code');
+# dead-lettered; the pipeline goes on. Mosquitto 2.0.11 (Debian 12) answers
+# so; later versions (2.0.21 in Debian 13, 2.1 in sid) close the connection
+# instead, which the relay cannot tell from a broker going away: there the
+# pipeline holds at the message (class connection) and this case is skipped.
+my ($mosquitto_version) = `mosquitto -h 2>&1` =~ /mosquitto version (\d+\.\d+\.\d+)/;
+SKIP:
+{
+	skip "mosquitto $mosquitto_version closes the connection on a PUBLISH over message_size_limit", 3
+	  unless ($mosquitto_version // '') eq '2.0.11';
+	my ($over) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', jsonb_build_object('x', repeat('y', 3500)), '{"kind": "over"}')});
+	my ($next) = split /\n/, sql(q{SELECT tide.outbox_publish('bad_msgs', '{"x": 5}', '{"kind": "fine"}')});
+	ok(wait_all($sub4, [$next], 0, 30), 'a good message after one the broker refused is delivered');
+	is(sql("SELECT last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'bq' AND message_id = $over"),
+		'too_large', 'a payload over the broker\'s message_size_limit: dead-lettered, class too_large');
+	like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'bq' AND message_id = $over"),
+		qr/reason code 0x95/, 'the error gives the broker\'s reason code');
+}
 
 # A topic that is not a valid MQTT topic name (a control character, which
 # MQTT's UTF-8 rules forbid and the broker would answer by closing the
