@@ -22,10 +22,11 @@
  *	  mosquitto_loop_misc (keepalive) every second, so every callback of
  *	  the library runs in the worker's loop. The callbacks only record
  *	  what happened (no palloc, no ERROR: they run inside libmosquitto).
- *	  The connection is made without blocking, TLS's handshake too
- *	  (mosquitto_connect_async): a broker that does not answer holds its
- *	  own pipeline only, never the other pipelines of the worker (only a
- *	  host name's lookup waits, in getaddrinfo).
+ *	  A plain TCP connection is made without blocking
+ *	  (mosquitto_connect_async); a TLS one blocks the worker until its
+ *	  handshake is done or fails (mosquitto_connect): moving the handshake
+ *	  on from the loop worked with libmosquitto 2.0.11 and failed every
+ *	  TLS delivery with 2.0.21 and 2.1 (Debian 13 and sid).
  * 4. A session is never resumed (clean start): a message not acknowledged
  *	  when the connection is lost, or by the batch's timeout_ms, is a
  *	  failed attempt and is leased again (at least once: the broker may
@@ -128,7 +129,6 @@ typedef struct MqttPipeline
 	RelayWatch *watch;
 	int			watch_fd;
 	uint32		watch_events;
-	bool		tcp_up;			/* TLS: the socket was writable once (TCP connected) */
 	MqttBatch  *mb;				/* the batch in flight, or NULL */
 } MqttPipeline;
 
@@ -331,21 +331,6 @@ client_drop(MqttPipeline *p, bool say_goodbye)
 static void socket_ready(int fd, uint32 events, void *arg);
 
 /*
- * Whether a TLS connection may still be in its handshake (before CONNACK).
- * libmosquitto moves a handshake on only in mosquitto_loop_read, whatever
- * the socket waits for, and holds CONNECT back until it is done, so that
- * mosquitto_want_write says nothing useful meanwhile: every event of the
- * socket then runs loop_read and loop_write, and writability is watched
- * only until the TCP connection is made (the handshake's messages are
- * small).
- */
-static bool
-tls_handshake(MqttPipeline *p)
-{
-	return p->cfg.tls && p->link == MQTT_LINK_CONNECTING;
-}
-
-/*
  * After a call into the library: destroys a failed client, or watches its
  * socket for reading, and for writing while it has something to write.
  * Right after the call, so that a socket the library closed is never
@@ -363,11 +348,7 @@ after_io(MqttPipeline *p)
 		return;
 	}
 	fd = mosquitto_socket(p->mosq);
-	if (tls_handshake(p))
-		/* writable once: connected; then the handshake waits for the broker */
-		events = EPOLLIN | (p->tcp_up ? 0 : EPOLLOUT);
-	else
-		events = EPOLLIN | (mosquitto_want_write(p->mosq) ? EPOLLOUT : 0);
+	events = EPOLLIN | (mosquitto_want_write(p->mosq) ? EPOLLOUT : 0);
 	if (fd != p->watch_fd)
 	{
 		RelayEventsUnwatch(p->watch);
@@ -393,11 +374,6 @@ socket_ready(int fd, uint32 events, void *arg)
 
 	if (p->mosq == NULL)
 		return;
-	if (tls_handshake(p))
-	{
-		p->tcp_up |= (events & EPOLLOUT) != 0;
-		events |= EPOLLIN | EPOLLOUT;
-	}
 	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
 		check_rc(p, mosquitto_loop_read(p->mosq, 1), "connection to the broker lost");
 	if (p->mosq != NULL && !p->drop && (events & EPOLLOUT))
@@ -419,9 +395,6 @@ misc_due(void *arg)
 		if (p->mosq == NULL)
 			continue;
 		check_rc(p, mosquitto_loop_misc(p->mosq), "connection to the broker lost");
-		/* what a handshake just finished left to write (see tls_handshake) */
-		if (p->mosq != NULL && !p->drop && tls_handshake(p) && p->tcp_up)
-			check_rc(p, mosquitto_loop_write(p->mosq, 1), "connection to the broker lost");
 		after_io(p);
 		any |= p->mosq != NULL;
 	}
@@ -430,8 +403,9 @@ misc_due(void *arg)
 }
 
 /*
- * A new client for the pipeline, connecting without blocking (TLS's
- * handshake too, see tls_handshake); false with error when it cannot be.
+ * A new client for the pipeline, connecting (plain TCP without blocking;
+ * TLS's handshake blocks, see the top of the file); false with error when
+ * it cannot be.
  */
 static bool
 client_connect(MqttPipeline *p, char *error, size_t errsize)
@@ -479,8 +453,10 @@ client_connect(MqttPipeline *p, char *error, size_t errsize)
 	}
 	p->link = MQTT_LINK_CONNECTING;
 	p->drop = false;
-	p->tcp_up = false;
-	rc = mosquitto_connect_async(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
+	if (c->tls)
+		rc = mosquitto_connect(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
+	else
+		rc = mosquitto_connect_async(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
 	if (rc != MOSQ_ERR_SUCCESS)
 	{
 		char		what[128];

@@ -8,7 +8,7 @@
 # broker that stops answering (SIGSTOP) fails the batch with class timeout,
 # retried, and delivered once it answers again; kill -9 of the postmaster
 # in the middle of a backlog loses nothing, with duplicates only from the
-# batches in flight; a TLS broker address that never answers holds its
+# batches in flight; a broker address that never answers holds its
 # pipeline (class timeout) and not a file pipeline beside it in the worker.
 use strict;
 use warnings;
@@ -215,7 +215,7 @@ ok(defined $timed_out, 'a broker that does not acknowledge: attempts fail with c
 ok($mq->wait_for_ids($sub3, \@ids, 0, 60), 'once it answers, every message arrives');
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'stall: nothing dead-lettered');
 
-# --- A TLS broker address that never answers (unanswered_port: the
+# --- A broker address that never answers (unanswered_port: the
 # kernel drops the relay's SYNs, as a network that loses them): the MQTT
 # pipeline waits without blocking the worker, so a file pipeline beside it,
 # in the same worker, delivers each of 20 messages meanwhile; the MQTT
@@ -225,8 +225,7 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'st
 	my $file = "$dir/beside.jsonl";
 	sql("SELECT tide.outbox_create('silent')");
 	sql("SELECT tide.outbox_create('beside')");
-	set_pipeline('sq', 'silent', port => $silent_port, tls => { verify => JSON::PP::false },
-		timeout_ms => 4000);
+	set_pipeline('sq', 'silent', port => $silent_port, timeout_ms => 4000);
 	publish('silent', 3);
 	sql("SELECT tide.relay_set_outbox('bf', 'beside', 'bf', jsonb_build_object('sink_type', 'file', 'path', '$file'))");
 	# the MQTT pipeline's first connection is made before the file's messages come
@@ -241,11 +240,11 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'st
 		$took = time() - $t0 if time() - $t0 > $took;
 		$arrived = $n;
 	}
-	is($arrived, 20, 'beside a TLS broker that never answers, the file pipeline delivers each of 20 messages');
+	is($arrived, 20, 'beside a broker that never answers, the file pipeline delivers each of 20 messages');
 	note(sprintf('slowest of the file pipeline\'s messages: %.2f s', $took));
 	ok(defined wait_until(sub {
 		sql("SELECT health || ' ' || coalesce(last_error_class, '') FROM tide.relay_pipeline_status WHERE pipeline = 'sq'") eq 'held timeout' }, 30, 100_000),
-		'the silent TLS broker: held, class timeout')
+		'the silent broker: held, class timeout')
 	  or diag(sql("SELECT to_jsonb(s) FROM tide.relay_pipeline_status s WHERE pipeline = 'sq'"));
 	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sq'"), '0', 'silent: nothing dead-lettered');
 	sql("SELECT tide.relay_delete('sq')");
