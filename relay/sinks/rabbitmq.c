@@ -8,10 +8,8 @@
  *	  credentials it refers to. The connection is made by the first batch
  *	  and kept across batches: TCP or TLS, login to the vhost, one channel
  *	  in confirm mode (confirm.select). rabbitmq-c is synchronous, so
- *	  the connection is made on a thread of its own (connector_main, each
- *	  step at most 3 s, or timeout_ms), which hands it over to the loop
- *	  through a notifier: a broker that does not answer holds its own
- *	  pipeline only, never the worker's other pipelines.
+ *	  making it blocks the loop briefly (each step at most 3 s, or
+ *	  timeout_ms).
  * 2. `start` and `progress` publish what the send window (broker.h)
  *	  allows: persistent (delivery_mode 2), mandatory, with message_id =
  *	  the message's identity, type = its "type" header, content_type
@@ -40,15 +38,12 @@
  *	  (timeout, retryable): their confirms would otherwise arrive in
  *	  another batch.
  *
- * rabbitmq-c runs no thread of its own; but for the connector's thread,
- * which calls rabbitmq-c only, the connection is used by the loop alone,
- * once handed over. The watch's callback reads frames
+ * rabbitmq-c runs no thread of its own; the watch's callback reads frames
  * and allocates nothing with palloc (an ERROR there would longjmp out of
  * the worker's dispatch), and never raises an ERROR.
  */
 #include "postgres.h"
 
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -68,7 +63,7 @@ PG_MODULE_MAGIC;
 /* The one channel the sink publishes on. */
 #define RABBITMQ_CHANNEL	1
 
-/* The longest each step of making a connection may take (on the connector's thread). */
+/* The longest that making a connection may block the loop. */
 #define RABBITMQ_CONNECT_MS 3000
 
 /*
@@ -118,7 +113,6 @@ typedef struct RabbitBatch
 	int			nsent;
 	int			low;			/* no delivery tag before first_tag + low is unconfirmed */
 	uint64		first_tag;
-	bool		connecting;		/* waits for the connector */
 	bool		finished;
 } RabbitBatch;
 
@@ -130,32 +124,11 @@ typedef enum ReturnState
 	RETURN_BODY
 } ReturnState;
 
-/*
- * A connection being made on the connector's thread (connector_main), in
- * malloc'd memory, with its own copy of the settings: the thread touches
- * nothing else. Whoever comes last frees it: the loop once it took the
- * result, or the thread when the pipeline was closed meanwhile
- * (abandoned).
- */
-typedef struct RabbitConnector
-{
-	pthread_mutex_t lock;
-	bool		done;			/* the result is there */
-	bool		abandoned;		/* the pipeline is closed: free it all */
-	RelayNotifier *notifier;	/* the pipeline's, signalled when done */
-	RabbitConfig cfg;			/* strings malloc'd */
-	amqp_connection_state_t conn;	/* the connection made, or NULL */
-	const char *cls;			/* else its failure */
-	char		error[256];
-} RabbitConnector;
-
 /* A pipeline's state: its settings and its connection. */
 typedef struct RabbitState
 {
 	RabbitConfig cfg;
 	amqp_connection_state_t conn;	/* NULL: not connected */
-	RabbitConnector *connector; /* a connection being made, or NULL */
-	RelayNotifier notifier;		/* the connector's */
 	RelayWatch *watch;
 	uint32		watched;		/* the events watched */
 	uint64		next_tag;		/* delivery tag of the next publish */
@@ -533,36 +506,33 @@ reply_error(amqp_rpc_reply_t r, const char *what, const char **cls, char *error,
 }
 
 /*
- * Connects, logs in, opens the channel in confirm mode, into c->conn; on
- * the connector's thread: rabbitmq-c and the C library only, no
- * PostgreSQL function. Each step takes at most RABBITMQ_CONNECT_MS (or
- * timeout_ms); on failure c->conn is NULL, with c->cls and c->error.
+ * Connects, logs in, opens the channel in confirm mode; false, with the
+ * class and error, when it cannot. Blocks the loop for at most
+ * RABBITMQ_CONNECT_MS (or timeout_ms) each step.
  */
-static void
-connect_broker(RabbitConnector *c)
+static bool
+connect_broker(RabbitState *st, const char **cls, char *error, size_t size)
 {
-	const RabbitConfig *cfg = &c->cfg;
+	const RabbitConfig *cfg = &st->cfg;
 	long		ms = Min(cfg->timeout_ms, RABBITMQ_CONNECT_MS);
 	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-	char	   *error = c->error;
-	size_t		size = sizeof(c->error);
-	const char **cls = &c->cls;
 	amqp_socket_t *sock;
 	amqp_rpc_reply_t r;
 	int			rc;
 
 	*cls = RELAY_CLASS_CONNECTION;
-	c->conn = amqp_new_connection();
-	if (c->conn == NULL)
+	st->conn = amqp_new_connection();
+	if (st->conn == NULL)
 	{
 		snprintf(error, size, "connection: out of memory for a connection");
-		return;
+		return false;
 	}
-	sock = cfg->tls ? amqp_ssl_socket_new(c->conn) : amqp_tcp_socket_new(c->conn);
+	sock = cfg->tls ? amqp_ssl_socket_new(st->conn) : amqp_tcp_socket_new(st->conn);
 	if (sock == NULL)
 	{
 		snprintf(error, size, "connection: could not create a%s socket", cfg->tls ? " TLS" : "");
-		goto failed;
+		disconnect(st);
+		return false;
 	}
 	if (cfg->tls)
 	{
@@ -576,19 +546,21 @@ connect_broker(RabbitConnector *c)
 		{
 			snprintf(error, size, "connection: could not read the TLS files of \"tls\": %s",
 					 amqp_error_string2(rc));
-			goto failed;
+			disconnect(st);
+			return false;
 		}
 	}
-	amqp_set_handshake_timeout(c->conn, &tv);
-	amqp_set_rpc_timeout(c->conn, &tv);
+	amqp_set_handshake_timeout(st->conn, &tv);
+	amqp_set_rpc_timeout(st->conn, &tv);
 	rc = amqp_socket_open_noblock(sock, cfg->host, cfg->port, &tv);
 	if (rc != AMQP_STATUS_OK)
 	{
 		snprintf(error, size, "connection: could not connect to %s:%d: %s", cfg->host, cfg->port,
 				 amqp_error_string2(rc));
-		goto failed;
+		disconnect(st);
+		return false;
 	}
-	r = amqp_login(c->conn, cfg->vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0, AMQP_SASL_METHOD_PLAIN,
+	r = amqp_login(st->conn, cfg->vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0, AMQP_SASL_METHOD_PLAIN,
 				   cfg->username ? cfg->username : "guest", cfg->password ? cfg->password : "guest");
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
@@ -601,155 +573,24 @@ connect_broker(RabbitConnector *c)
 			snprintf(error, size, "auth: login to vhost \"%s\" refused: the broker closed the connection",
 					 cfg->vhost);
 		}
-		goto failed;
+		disconnect(st);
+		return false;
 	}
-	amqp_channel_open(c->conn, RABBITMQ_CHANNEL);
-	if ((r = amqp_get_rpc_reply(c->conn)).reply_type == AMQP_RESPONSE_NORMAL)
+	amqp_channel_open(st->conn, RABBITMQ_CHANNEL);
+	if ((r = amqp_get_rpc_reply(st->conn)).reply_type == AMQP_RESPONSE_NORMAL)
 	{
-		amqp_confirm_select(c->conn, RABBITMQ_CHANNEL);
-		r = amqp_get_rpc_reply(c->conn);
+		amqp_confirm_select(st->conn, RABBITMQ_CHANNEL);
+		r = amqp_get_rpc_reply(st->conn);
 	}
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
 		reply_error(r, "opening a channel in confirm mode", cls, error, size);
-		goto failed;
-	}
-	return;
-
-failed:
-	amqp_destroy_connection(c->conn);
-	c->conn = NULL;
-}
-
-/* Frees a connector and its copy of the settings (the password zeroed first). */
-static void
-connector_free(RabbitConnector *c)
-{
-	if (c->conn != NULL)
-		amqp_destroy_connection(c->conn);
-	if (c->cfg.password != NULL)
-		explicit_bzero(c->cfg.password, strlen(c->cfg.password));
-	free(c->cfg.host);
-	free(c->cfg.vhost);
-	free(c->cfg.username);
-	free(c->cfg.password);
-	free(c->cfg.ca_file);
-	free(c->cfg.cert_file);
-	free(c->cfg.key_file);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-/* The connector's thread. */
-static void *
-connector_main(void *arg)
-{
-	RabbitConnector *c = arg;
-	bool		abandoned;
-
-	connect_broker(c);
-	pthread_mutex_lock(&c->lock);
-	c->done = true;
-	abandoned = c->abandoned;
-	if (!abandoned)
-		RelayNotifierSignal(c->notifier);
-	pthread_mutex_unlock(&c->lock);
-	if (abandoned)
-		connector_free(c);
-	return NULL;
-}
-
-/* A malloc'd copy of a string, or NULL; *ok false when out of memory. */
-static char *
-copy_or_null(const char *s, bool *ok)
-{
-	char	   *copy;
-
-	if (s == NULL)
-		return NULL;
-	copy = strdup(s);
-	*ok &= copy != NULL;
-	return copy;
-}
-
-/* Starts making the connection on the connector's thread; false, with error, when it cannot. */
-static bool
-start_connector(RabbitState *st, char *error, size_t size)
-{
-	RabbitConnector *c = calloc(1, sizeof(RabbitConnector));
-	bool		ok = c != NULL;
-	int			rc;
-
-	if (c == NULL)
-	{
-		snprintf(error, size, "connection: out of memory for a connection");
+		disconnect(st);
 		return false;
 	}
-	c->cfg = st->cfg;
-	c->cfg.host = copy_or_null(st->cfg.host, &ok);
-	c->cfg.vhost = copy_or_null(st->cfg.vhost, &ok);
-	c->cfg.username = copy_or_null(st->cfg.username, &ok);
-	c->cfg.password = copy_or_null(st->cfg.password, &ok);
-	c->cfg.ca_file = copy_or_null(st->cfg.ca_file, &ok);
-	c->cfg.cert_file = copy_or_null(st->cfg.cert_file, &ok);
-	c->cfg.key_file = copy_or_null(st->cfg.key_file, &ok);
-	/* the connector reads only the settings above */
-	c->cfg.exchange = c->cfg.routing_key = NULL;
-	c->notifier = &st->notifier;
-	pthread_mutex_init(&c->lock, NULL);
-	if (!ok)
-	{
-		connector_free(c);
-		snprintf(error, size, "connection: out of memory for a connection");
-		return false;
-	}
-	if ((rc = RelayBrokerStartThread(connector_main, c)) != 0)
-	{
-		connector_free(c);
-		snprintf(error, size, "connection: could not start a thread to connect: %s", strerror(rc));
-		return false;
-	}
-	st->connector = c;
-	return true;
-}
-
-/*
- * The connector's result: 1 connected (st->conn), 0 not yet, -1 failed
- * with *cls and error.
- */
-static int
-take_connection(RabbitState *st, const char **cls, char *error, size_t size)
-{
-	RabbitConnector *c = st->connector;
-	bool		done;
-
-	pthread_mutex_lock(&c->lock);
-	done = c->done;
-	pthread_mutex_unlock(&c->lock);
-	if (!done)
-		return 0;
-	st->connector = NULL;
-	st->conn = c->conn;
-	c->conn = NULL;
-	*cls = c->cls;
-	strlcpy(error, c->error, size);
-	connector_free(c);
-	if (st->conn == NULL)
-		return -1;
 	st->next_tag = 1;
 	watch_socket(st, false);
-	return 1;
-}
-
-/* events.c: the connector is done; the batch that waits for it takes the result. */
-static void
-connector_ready(int fd, uint32 events, void *arg)
-{
-	RabbitState *st = arg;
-
-	RelayNotifierDrain(&st->notifier);
-	if (st->rb != NULL)
-		st->rb->batch->ready = true;
+	return true;
 }
 
 /* created_at ("2026-01-02T03:04:05.678+01:00") as seconds since 1970, or now. */
@@ -987,13 +828,14 @@ rabbitmq_start(void *state, RelaySinkBatch *batch)
 	drain(st);
 	if (st->conn == NULL)
 	{
+		const char *cls;
 		char		error[256];
 
-		if (st->connector == NULL && !start_connector(st, error, sizeof(error)))
-			fail_all(rb, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, error);
-		else
-			rb->connecting = true;
-		return;
+		if (!connect_broker(st, &cls, error, sizeof(error)))
+		{
+			fail_all(rb, RELAY_UNREACHABLE, cls, error);
+			return;
+		}
 	}
 	rb->first_tag = st->next_tag;
 }
@@ -1006,30 +848,6 @@ rabbitmq_progress(void *state, RelaySinkBatch *batch)
 
 	if (rb->finished)
 		return true;
-	if (rb->connecting)
-	{
-		const char *cls;
-		char		error[256];
-
-		switch (take_connection(st, &cls, error, sizeof(error)))
-		{
-			case 0:
-				if (GetCurrentTimestamp() < rb->window.deadline)
-				{
-					batch->wake_at = rb->window.deadline;
-					return false;
-				}
-				/* the connector goes on; the next batch takes its result */
-				fail_all(rb, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION,
-						 "connection: no connection to the broker within the batch's timeout_ms");
-				return true;
-			case -1:
-				fail_all(rb, RELAY_UNREACHABLE, cls, error);
-				return true;
-		}
-		rb->connecting = false;
-		rb->first_tag = st->next_tag;
-	}
 	drain(st);
 	publish_more(st, rb);
 	if (RelaySendWindowFinished(&rb->window))
@@ -1093,23 +911,8 @@ static void
 rabbitmq_close(void *state)
 {
 	RabbitState *st = state;
-	RabbitConnector *c = st->connector;
 
 	st->rb = NULL;
-	if (c != NULL)
-	{
-		bool		done;
-
-		/* a connector at work frees itself when done, and signals nothing */
-		pthread_mutex_lock(&c->lock);
-		done = c->done;
-		c->abandoned = true;
-		pthread_mutex_unlock(&c->lock);
-		if (done)
-			connector_free(c);
-		st->connector = NULL;
-	}
-	RelayNotifierClose(&st->notifier);
 	disconnect(st);
 }
 
@@ -1150,8 +953,8 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	}
 	else
 		cfg->verify = true;
-	/* a batch ends by timeout_ms, waiting for the connector or not */
-	opened->longest_batch_seconds = (cfg->timeout_ms + 999) / 1000;
+	/* connecting takes four steps, each bounded by RABBITMQ_CONNECT_MS */
+	opened->longest_batch_seconds = (cfg->timeout_ms + 4 * RABBITMQ_CONNECT_MS + 999) / 1000;
 	if (auth != NULL)
 	{
 		const cJSON *user = RelayConfigMember(auth, "username");
@@ -1164,11 +967,6 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 			opened->error = error;
 			return false;
 		}
-	}
-	if (!RelayNotifierOpen(&st->notifier, connector_ready, st))
-	{
-		opened->error = "could not open an eventfd for the connector";
-		return false;
 	}
 	opened->state = st;
 	return true;

@@ -17,8 +17,6 @@
 #    arrive;
 #  - a queue that refuses publishes (basic.nack) makes them retried (class
 #    broker), and they arrive once it has room;
-#  - a broker address that never answers holds its pipeline only: a file
-#    pipeline beside it delivers while it connects;
 #  - a broker that is not there (connection) or refuses the login (auth)
 #    holds the pipeline and dead-letters nothing; fixed, everything arrives;
 #  - over TLS (the broker's certificate verified against ca_file)
@@ -35,7 +33,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until unanswered_port);
+use PgTide::TestNode qw(tide_node wait_until);
 use JSON::PP;
 use IO::Socket::INET;
 use POSIX qw(setsid);
@@ -389,34 +387,6 @@ like(status('down', 'health'), qr/held|failing/, 'the pipeline is held');
 set_pipeline('down', 'down', routing_key => 'q_down');
 set_pipeline('badpw', 'badpw', routing_key => 'q_badpw');
 is(wait_all('q_down', 20) + wait_all('q_badpw', 20), 40, 'fixed, both pipelines deliver everything');
-
-# A broker address that never answers (unanswered_port: the kernel drops
-# the relay's SYNs): the connection is made on a thread of its own, not in the
-# worker's loop, so a file pipeline beside it, in the same worker, has
-# delivered its messages before the connect (3 s at most) has failed.
-{
-	my ($silent_port, $close_silent) = unanswered_port();
-	my $file = "$dir/beside.jsonl";
-	sql("SELECT tide.outbox_create('unanswered')");
-	sql("SELECT tide.outbox_create('beside')");
-	sql(q{SELECT tide.outbox_publish('unanswered', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
-	set_pipeline('unanswered', 'unanswered', port => $silent_port, routing_key => 'q_down');
-	sql("SELECT tide.relay_set_outbox('beside', 'beside', 'beside',
-		jsonb_build_object('sink_type', 'file', 'path', '$file'))");
-	# the connect has begun when the file's messages come
-	usleep(300_000);
-	sql("SELECT tide.outbox_publish('beside', jsonb_build_object('n', g)) FROM generate_series(1, 10) g");
-	my $lines = sub { open(my $fh, '<', $file) or return 0; my @l = <$fh>; return scalar @l };
-	ok(defined wait_until(sub { $lines->() >= 10 }, 30), 'beside a broker that never answers, the file pipeline delivers');
-	is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'unanswered'"), '0',
-		'before the connect to the broker that never answers has failed');
-	ok(defined wait_until(sub { status('unanswered', 'last_error_class') eq 'connection' }, 30),
-		'then the pipeline fails with class connection');
-	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'unanswered'"), '0', 'and dead-letters nothing');
-	sql("SELECT tide.relay_delete('unanswered')");
-	sql("SELECT tide.relay_delete('beside')");
-	$close_silent->();
-}
 
 # ------------------------------------------------------------------- TLS
 amqp('queue', 'q_tls');
