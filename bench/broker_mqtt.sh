@@ -32,6 +32,7 @@
 #   RATE, DURATION the latency run: messages/s (default 200) and seconds (default 10)
 #   EXTRA_CONFIG   more members of the pipelines' config, e.g. '"attempt_log": false'
 #                  (default none)
+#   NODELAY        1 (default): the broker runs with set_tcp_nodelay true; 0: Mosquitto's default
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  as in bench/relay.sh
 set -euo pipefail
 
@@ -70,12 +71,16 @@ tide_start_cluster
 psql_db -c "CREATE EXTENSION pg_tide" >/dev/null
 cc -O2 -Wall -o "$TIDE_CLUSTER/mqtt_client" "$BENCH_DIR/brokers/mqtt_client.c" -lmosquitto
 
-# The broker, on a free port from a random point of 20000-29999 on.
+# The broker, on a free port from a random point of 20000-29999 on, with
+# Nagle's algorithm off on its sockets (set_tcp_nodelay; Mosquitto's default
+# leaves it on, which holds small packets such as PUBACKs until the peer's
+# delayed acknowledgement: tens of milliseconds, for the pipeline and the
+# client alike). NODELAY=0 runs it with Mosquitto's default.
 mkdir -p "$TIDE_CLUSTER/mosquitto"
 for p in $(seq $((20000 + RANDOM % 9000)) 29999); do
 	ss -Hltn "sport = :$p" | grep -q . && continue
-	printf 'listener %s 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nmax_inflight_messages 0\n' "$p" \
-		>"$TIDE_CLUSTER/mosquitto/mosquitto.conf"
+	printf 'listener %s 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nmax_inflight_messages 0\n%s' "$p" \
+		"$([ "${NODELAY:-1}" = 1 ] && echo 'set_tcp_nodelay true')" >"$TIDE_CLUSTER/mosquitto/mosquitto.conf"
 	mosquitto -c "$TIDE_CLUSTER/mosquitto/mosquitto.conf" >"$TIDE_CLUSTER/mosquitto/log" 2>&1 &
 	MQ_PID=$!
 	sleep 0.3
