@@ -32,7 +32,6 @@
 #include "executor/spi.h"
 #include "utils/guc.h"
 #include "utils/builtins.h"
-#include "utils/date.h"
 #include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 #include "utils/json.h"
