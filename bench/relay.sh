@@ -514,14 +514,18 @@ SQL
 }
 
 # set_workers <n>: pg_tide.relay_workers_per_database = n, reloaded; waits
-# until the database has that many workers, the wake-up pipeline served.
+# until the database has that many workers, every enabled pipeline served
+# (whatever earlier runs left enabled, the wake-up pipeline at least).
 set_workers() {
 	psql_db -c "ALTER SYSTEM SET pg_tide.relay_workers_per_database = $1" -c "SELECT pg_reload_conf()" >/dev/null
-	for _ in $(seq 1 200); do
-		[ "$(psql_db -A -t -c "SELECT count(*) = $1 AND sum(pipelines) = 1 FROM tide.relay_workers() WHERE database = '$DB'")" = t ] && return
+	for _ in $(seq 1 600); do
+		[ "$(psql_db -A -t -c "SELECT count(*) = $1 AND sum(pipelines) = (SELECT count(*) FROM tide.relay_outbox_config WHERE enabled)
+			FROM tide.relay_workers() WHERE database = '$DB'")" = t ] && return
 		sleep 0.1
 	done
-	echo "relay.sh: $1 workers per database did not start" >&2
+	echo "relay.sh: $1 workers per database did not start, or do not serve every enabled pipeline:" >&2
+	psql_db -c "SELECT * FROM tide.relay_workers() WHERE database = '$DB'" \
+		-c "SELECT name, enabled FROM tide.relay_outbox_config ORDER BY name" >&2
 	exit 1
 }
 
