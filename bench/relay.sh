@@ -54,7 +54,9 @@
 #   PARTS      "all" (default); "workers" for the runs with several workers
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
-#              alone
+#              alone; "core" for everything but the runs with several
+#              workers and with many pipelines (what an earlier version's
+#              relay.sh measures too, for a comparison in one sitting)
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's;
 #              see test/lib.sh)
@@ -774,7 +776,7 @@ for round in $(seq 1 "$REPEATS"); do
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
-if [ "$PARTS" != ordering ]; then
+if [ "$PARTS" = all ]; then
 	workers_rounds
 	many_rounds
 fi
