@@ -31,6 +31,9 @@
  *	                                     auth        RELAY_UNREACHABLE
  *	  refused, lost, not connected       connection  RELAY_UNREACHABLE
  *	  WRONGTYPE (the key is no stream)   refused     RELAY_PERMANENT
+ *	  a field over proto-max-bulk-len    too_large   RELAY_PERMANENT
+ *	  (Redis then closes the connection: the others in flight are
+ *	  connection, RELAY_UNREACHABLE, and sent again)
  *	  a header its template needs        template    RELAY_PERMANENT
  *	  no answer within timeout_ms        timeout     RELAY_RETRYABLE
  *	  OOM, LOADING, BUSY, any other      broker      RELAY_RETRYABLE
@@ -225,7 +228,8 @@ ms_since(TimestampTz t)
 
 /*
  * The class and outcome of an error answer, by its code (its first word):
- * true when it is the destination's failure, which stops the batch.
+ * true when Redis ends the connection after it (the destination's
+ * failure, or a message too large), which stops the batch.
  */
 static bool
 classify_error(const char *err, RelayMessageOutcome *o)
@@ -241,6 +245,19 @@ classify_error(const char *err, RelayMessageOutcome *o)
 			RelaySetFailure(o, RELAY_UNREACHABLE, RELAY_CLASS_AUTH, 0, error);
 			return true;
 		}
+	/*
+	 * A field over Redis's proto-max-bulk-len: this message is never
+	 * taken, whatever is retried. Redis closes the connection after it,
+	 * which the caller makes the failure of what else was in flight.
+	 */
+	if (strncmp(err, "ERR Protocol error: invalid bulk length", 39) == 0)
+	{
+		char		large[340];
+
+		snprintf(large, sizeof(large), "too_large: a field is over Redis's proto-max-bulk-len: %s", error);
+		RelaySetFailure(o, RELAY_PERMANENT, RELAY_CLASS_TOO_LARGE, 0, large);
+		return true;
+	}
 	/* Redis answers so, then closes the connection */
 	if (strncmp(err, "ERR Protocol error", 18) == 0)
 	{
@@ -298,8 +315,11 @@ xadd_answered(redisAsyncContext *ac, void *r, void *privdata)
 	{
 		/* a failure of the destination is the connection's: the rest fail alike */
 		stop = classify_error(reply->str, o);
-		if (stop)
+		if (stop && o->outcome == RELAY_UNREACHABLE)
 			note_failure(s, o->error_class, "%s", o->error);
+		else if (stop)
+			note_failure(s, RELAY_CLASS_CONNECTION,
+						 "connection: Redis closed the connection after refusing another message: %s", o->error);
 	}
 	else
 		RelaySetFailure(o, RELAY_RETRYABLE, RELAY_CLASS_BROKER, 0,

@@ -13,7 +13,8 @@
 #     message's JSON object in one field.
 #  4. A message Redis refuses for good (its stream key holds a string:
 #     WRONGTYPE) is dead-lettered with class refused, one whose template
-#     lacks its header with class template; the others are delivered.
+#     lacks its header with class template; the others are delivered. A
+#     field over proto-max-bulk-len is dead-lettered as too_large.
 #  5. Authentication (an ACL file): no AUTH (NOAUTH), a wrong password
 #     (WRONGPASS) and a user without the right on the key (NOPERM) hold
 #     the pipeline with class auth and dead-letter nothing; the right
@@ -194,6 +195,27 @@ is(sql("SELECT string_agg(message_id || ':' || reason || ':' || last_error_class
 	"$wrong:permanent:refused,$none:permanent:template", 'WRONGTYPE is refused, a missing header is template, both permanent');
 like(sql("SELECT last_error FROM tide.relay_dlq WHERE message_id = $wrong"), qr/WRONGTYPE/, 'the error is Redis\'s');
 is($redis->cli('XLEN', 'typed.good'), '1', 'the good message is delivered');
+
+# A field over Redis's proto-max-bulk-len (1 MB, its least): Redis answers
+# the XADD with a protocol error and closes the connection. That message
+# is dead-lettered as too_large; the others, in flight behind it, are
+# sent again on a new connection and arrive.
+$redis->cli('CONFIG', 'SET', 'proto-max-bulk-len', '1mb');
+sql("SELECT tide.outbox_create('sized')");
+# (pg_tide.max_payload_bytes, 1 MB by default, is raised for it)
+my @sized = split /\n/, sql(q{SET pg_tide.max_payload_bytes = 4194304; SELECT tide.outbox_publish('sized',
+	jsonb_build_object('n', g, 'pad', CASE WHEN g = 3 THEN repeat('x', 1200000) ELSE 'small' END))
+	FROM generate_series(1, 8) g});
+set_pipeline('sized', { url => $redis->url, stream => 'sized', retry => { base_ms => 20, cap_ms => 100, max_attempts => 100 } });
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sized'") == 1
+		&& $redis->cli('XLEN', 'sized') >= 7 }, 30),
+	'a message over proto-max-bulk-len is dead-lettered, the others arrive');
+is(sql("SELECT message_id || ':' || reason || ':' || last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'sized'"),
+	"$sized[2]:permanent:too_large", 'it is dead-lettered as too_large, permanent');
+like(sql("SELECT last_error FROM tide.relay_dlq WHERE pipeline_id = 'sized'"), qr/proto-max-bulk-len.*invalid bulk length/,
+	'the error says why, with Redis\'s answer');
+is($redis->cli('XLEN', 'sized'), '7', 'the seven others are in the stream, once each');
+$redis->cli('CONFIG', 'SET', 'proto-max-bulk-len', '512mb');
 
 ###########################################################################
 # 5. Authentication: an ACL file with the default user's password, an
