@@ -13,8 +13,9 @@
 #  - a message that no queue takes (unroutable), one for an exchange that
 #    does not exist (unknown_destination), one over the broker's
 #    max_message_size (too_large) and one whose template names a missing
-#    header (template) are dead-lettered with their class, the others
-#    arrive;
+#    header (template) are dead-lettered with their class, and so are one
+#    whose routing key and one whose header name AMQP cannot carry (over
+#    255 bytes: refused); the others arrive;
 #  - a queue that refuses publishes (basic.nack) makes them retried (class
 #    broker), and they arrive once it has room;
 #  - a broker that is not there (connection) or refuses the login (auth)
@@ -341,15 +342,19 @@ sql(q{SELECT tide.outbox_publish('mixed', '{"n": 102}', '{"ex": "missing", "rout
 sql(q{SELECT tide.outbox_publish('mixed', jsonb_build_object('n', 103, 'pad', repeat('x', 70000)),
 		'{"ex": "events", "route": "mixed.big"}')});
 sql(q{SELECT tide.outbox_publish('mixed', '{"n": 104}', '{"ex": "events"}')});
+sql(q{SELECT tide.outbox_publish('mixed', '{"n": 105}', jsonb_build_object('ex', 'events', 'route', 'mixed.' || repeat('r', 300)))});
+sql(q{SELECT tide.outbox_publish('mixed', '{"n": 106}', jsonb_build_object('ex', 'events', 'route', 'mixed.ok', repeat('h', 300), 1))});
 sql(q{SELECT tide.outbox_publish('mixed', jsonb_build_object('n', g), '{"ex": "events", "route": "mixed.ok"}')
 	  FROM generate_series(11, 20) g});
 set_pipeline('mixed', 'mixed', exchange => 'tide.{ex}', routing_key => '{route}', max_in_flight => 4);
-ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'mixed'") >= 4 }, 60),
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'mixed'") >= 6 }, 60),
 	'the refused messages were dead-lettered');
 is(sql(q{SELECT string_agg((payload->>'n') || ':' || reason || ':' || last_error_class, ',' ORDER BY message_id)
 		   FROM tide.relay_dlq WHERE pipeline_id = 'mixed'}),
-	'101:permanent:unroutable,102:permanent:unknown_destination,103:permanent:too_large,104:permanent:template',
-	'unroutable (basic.return), unknown_destination (NOT_FOUND), too_large (max_message_size), template: each with its class');
+	'101:permanent:unroutable,102:permanent:unknown_destination,103:permanent:too_large,104:permanent:template,'
+	. '105:permanent:refused,106:permanent:refused',
+	'unroutable (basic.return), unknown_destination (NOT_FOUND), too_large (max_message_size), template, '
+	. 'refused (a routing key, a header name over 255 bytes): each with its class');
 is(wait_all('q_mixed', 20), 20, 'the other messages arrived');
 ok(!grep({ $_ > 100 } ns_of('q_mixed')), 'no refused message reached the queue');
 
