@@ -2,7 +2,9 @@
 # client (mosquitto_sub): every message of a backlog arrives on the topic
 # its template names, with pg_tide's identity and the message's headers as
 # MQTT 5 user properties and the payload as the body; MQTT 3.1.1 gets the
-# message's JSON object as the body; QoS 2 delivers; ordering 'key' keeps
+# message's JSON object as the body; QoS 2 delivers, each message through
+# PUBREC, PUBREL and PUBCOMP, and "retain" leaves the last message of each
+# topic to a subscriber that connects afterwards; ordering 'key' keeps
 # each key's order; a refused message (too large, a template's header
 # missing, a wildcard in the topic, a control character in it, a payload
 # the broker answers with PUBACK 0x95) is dead-lettered with its class;
@@ -34,7 +36,8 @@ my $json = JSON::PP->new->canonical;
 # A second listener takes TLS; the access rules deny the relay topic denied/#;
 # message_size_limit (not sent in CONNACK) makes the broker answer a PUBLISH
 # of a payload over 3,000 bytes with PUBACK reason code 0x95.
-my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\nmessage_size_limit 3000\n",
+# Its log at debug shows each QoS 2 exchange (PUBREC, PUBREL, PUBCOMP).
+my $mq = PgTide::Mosquitto->new(dir => $dir, conf => "max_packet_size 4096\nmessage_size_limit 3000\nlog_type debug\n",
 	users => { relay => 'relay-secret', reader => 'reader-secret' }, tls => 1,
 	acl => "user relay\ntopic readwrite #\ntopic deny denied/#\nuser reader\ntopic read #\n");
 $mq->start;
@@ -151,6 +154,37 @@ is_deeply([ $lm->{envelope}{id}, $lm->{envelope}{outbox}, $lm->{envelope}{payloa
 	[ "outbox_legacy:$lids[0]", 'legacy', { n => 1 }, { h => 'v' } ],
 	'MQTT 3.1.1: the body is the message with its identity, payload and headers');
 is(scalar(keys %{ $lm->{props} }), 0, 'MQTT 3.1.1: no user properties');
+
+# --- QoS 2 and retain, as docs/sinks/mqtt.md gives them: each message
+# goes through the broker's PUBREC, PUBREL and PUBCOMP and is received
+# with QoS 2; with "retain" the broker keeps the last message of each
+# topic for a subscriber that connects afterwards, and without it keeps
+# none.
+sql("SELECT tide.outbox_create('kept')");
+my $sub7 = $mq->subscribe('kept/#', user => 'reader', password => 'reader-secret', qos => 2);
+set_pipeline('kp', 'kept', topic => 'kept/{k}', qos => 2, retain => JSON::PP::true);
+my @rids = publish('kept', 6, q{jsonb_build_object('k', CASE WHEN g <= 3 THEN 'a' ELSE 'b' END)});
+ok(wait_all($sub7, \@rids, 0, 30), 'QoS 2 with retain: every message arrived');
+my $live = by_id($sub7, 0);
+is(join(',', map { $live->{$_}[0]{qos} } @rids), '2,2,2,2,2,2', 'each is received with QoS 2');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'kp'") eq '0'
+		&& sql("SELECT lag_messages FROM tide.relay_pipeline_status WHERE pipeline = 'kp'") eq '0' }, 30, 100_000),
+	'QoS 2: the relay counted them delivered, no attempt failed');
+my $blog = PostgreSQL::Test::Utils::slurp_file("$dir/mosquitto/mosquitto-$port.log");
+my %qos2;
+$qos2{$1}++ while $blog =~ /(Received PUBLISH from|Sending PUBREC to|Received PUBREL from|Sending PUBCOMP to) pg_tide-\d+-\d+-kept-kp\b/g;
+is(join(',', map { $qos2{$_} // 0 } 'Received PUBLISH from', 'Sending PUBREC to', 'Received PUBREL from', 'Sending PUBCOMP to'),
+	'6,6,6,6', 'QoS 2: the broker logged PUBLISH, PUBREC, PUBREL and PUBCOMP of each message');
+like($blog, qr/Received PUBLISH from pg_tide-\d+-\d+-kept-kp \(d0, q2, r1,/, 'published with QoS 2 and the retain flag');
+# subscribers that connect afterwards: kept/# gets the last of each topic,
+# retained; orders/# (published without retain) gets nothing
+my $late_orders = $mq->subscribe('orders/#', user => 'reader', password => 'reader-secret', id => 'late-orders');
+my $late = $mq->subscribe('kept/#', user => 'reader', password => 'reader-secret', id => 'late-kept');
+ok(wait_all($late, [ $rids[2], $rids[5] ], 0, 10), 'retain: a subscriber that connects afterwards gets the last message of each topic');
+is(join(',', sort map { ($_->{props}{'tide-id'} =~ /:(\d+)$/)[0] . ':' . $_->{topic} . ':' . ($_->{retain} ? 'retained' : 'live') }
+		$mq->messages($late)),
+	join(',', sort "$rids[2]:kept/a:retained", "$rids[5]:kept/b:retained"), 'retain: only those two, each with the retain flag');
+is(scalar($mq->messages($late_orders)), 0, 'without retain: a subscriber that connects afterwards gets nothing');
 
 # --- Ordering 'key': each key's messages in order.
 sql("SELECT tide.outbox_create('keyed')");

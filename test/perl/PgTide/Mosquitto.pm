@@ -188,11 +188,11 @@ sub stop
 	return;
 }
 
-# subscribe($filter, %opt): starts mosquitto_sub on $filter with QoS 1 and
-# MQTT 5 and a persistent session (client id $opt{id}), so that messages
-# published while it was disconnected are kept for it; returns its output
-# file. user/password when the broker has users. Waits until it is
-# subscribed.
+# subscribe($filter, %opt): starts mosquitto_sub on $filter with QoS 1 (or
+# $opt{qos}) and MQTT 5 and a persistent session (client id $opt{id}), so
+# that messages published while it was disconnected are kept for it;
+# returns its output file. user/password when the broker has users. Waits
+# until it is subscribed.
 sub subscribe
 {
 	my ($self, $filter, %opt) = @_;
@@ -200,7 +200,7 @@ sub subscribe
 	my $out = "$self->{dir}/mosquitto/sub-$id.jsonl";
 	my @auth = $opt{user} ? ('-u', $opt{user}, '-P', $opt{password}) : ();
 	my $h = IPC::Run::start(
-		[ _binary('mosquitto_sub'), '-h', '127.0.0.1', '-p', $self->{port}, '-V', '5', '-q', '1',
+		[ _binary('mosquitto_sub'), '-h', '127.0.0.1', '-p', $self->{port}, '-V', '5', '-q', $opt{qos} // 1,
 		  '-c', '-x', '3600', '-i', $id, @auth, '-t', $filter, '-F', '%j' ],
 		'<', \undef, '>>', $out, '2>>', "$out.err");
 	push @{ $self->{subs} }, $h;
