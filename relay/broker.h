@@ -123,6 +123,30 @@ extern PGDLLEXPORT void RelayNotifierClose(RelayNotifier *n);
 extern PGDLLEXPORT int RelayBrokerStartThread(void *(*thread_main) (void *), void *arg);
 
 /*
+ * A broker's host name looked up without blocking the loop
+ * (host_lookup.c): client libraries would call getaddrinfo inside their
+ * connect, so that a slow or silent name server held every pipeline of
+ * the worker. RelayLookupStart looks host up on a thread of its own and
+ * calls done(arg) in the loop once it has an answer (NULL, with error,
+ * when it cannot start); RelayLookupResult then gives the address as
+ * text (an IPv4 one when there is one) or, false, why there is none.
+ * RelayLookupEnd forgets a lookup, finished or not, and must be called
+ * once for each (a thread still waiting frees it when it returns). A
+ * sink connects to the address, and keeps the host name for TLS's
+ * server name. RelayHostIsAddress: whether host is an IPv4 or IPv6
+ * address already, which needs no lookup.
+ */
+typedef struct RelayLookup RelayLookup;
+typedef void (*RelayLookupDone) (void *arg);
+
+extern PGDLLEXPORT bool RelayHostIsAddress(const char *host);
+extern PGDLLEXPORT RelayLookup *RelayLookupStart(const char *host, int port, RelayLookupDone done,
+												 void *arg, char *error, size_t errsize);
+extern PGDLLEXPORT bool RelayLookupResult(const RelayLookup *l, char *address, size_t size,
+										  char *error, size_t errsize);
+extern PGDLLEXPORT void RelayLookupEnd(RelayLookup *l);
+
+/*
  * Which messages of a batch may be sent now (send_window.c): at most
  * max_in_flight unacknowledged, in id order, a message that waits for an
  * earlier one of its key (batch->after) only once that one was

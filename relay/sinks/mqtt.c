@@ -23,10 +23,12 @@
  *	  the library runs in the worker's loop. The callbacks only record
  *	  what happened (no palloc, no ERROR: they run inside libmosquitto).
  *	  A plain TCP connection is made without blocking
- *	  (mosquitto_connect_async); a TLS one blocks the worker until its
- *	  handshake is done or fails (mosquitto_connect): moving the handshake
- *	  on from the loop worked with libmosquitto 2.0.11 and failed every
- *	  TLS delivery with 2.0.21 and 2.1 (Debian 13 and sid).
+ *	  (mosquitto_connect_async), to the address of a host name looked up
+ *	  on a thread first (RelayLookupStart); a TLS one blocks the worker,
+ *	  its name's lookup included, until its handshake is done or fails
+ *	  (mosquitto_connect): moving the handshake on from the loop worked
+ *	  with libmosquitto 2.0.11 and failed every TLS delivery with 2.0.21
+ *	  and 2.1 (Debian 13 and sid).
  * 4. A session is never resumed (clean start): a message not acknowledged
  *	  when the connection is lost, or by the batch's timeout_ms, is a
  *	  failed attempt and is leased again (at least once: the broker may
@@ -130,6 +132,9 @@ typedef struct MqttPipeline
 	int			watch_fd;
 	uint32		watch_events;
 	MqttBatch  *mb;				/* the batch in flight, or NULL */
+	RelayLookup *lookup;		/* the host name's lookup, while it runs */
+	bool		have_address;	/* address is the host's, for the next connect */
+	char		address[64];
 } MqttPipeline;
 
 /* The open pipelines of this worker, whose clients the timer keeps alive. */
@@ -402,16 +407,78 @@ misc_due(void *arg)
 		RelayTimerSet(&misc_timer, MQTT_MISC_MS);
 }
 
+/* The batch cannot be sent: the connection could not be made (why). */
+static void
+batch_unconnected(MqttBatch *mb, const char *error)
+{
+	mb->link_failed = true;
+	strlcpy(mb->link_class, RELAY_CLASS_CONNECTION, sizeof(mb->link_class));
+	strlcpy(mb->link_error, error, sizeof(mb->link_error));
+	mb->window.stopped = true;
+	mb->batch->ready = true;
+}
+
+static bool client_connect(MqttPipeline *p, char *error, size_t errsize);
+
+/*
+ * The host name's lookup finished (called in the loop): connects to its
+ * address if a batch waits, or keeps it for the next batch.
+ */
+static void
+lookup_done(void *arg)
+{
+	MqttPipeline *p = arg;
+	char		found_error[200];
+	char		error[256];
+	bool		found = RelayLookupResult(p->lookup, p->address, sizeof(p->address),
+										  found_error, sizeof(found_error));
+
+	RelayLookupEnd(p->lookup);
+	p->lookup = NULL;
+	p->have_address = found;
+	if (p->mb == NULL)
+		return;
+	if (!found)
+	{
+		snprintf(error, sizeof(error), "connection: could not connect to %.60s:%d: %s",
+				 p->cfg.host, p->cfg.port, found_error);
+		batch_unconnected(p->mb, error);
+	}
+	else if (p->mosq == NULL && !client_connect(p, error, sizeof(error)))
+		batch_unconnected(p->mb, error);
+	else
+		p->mb->batch->ready = true;
+}
+
 /*
  * A new client for the pipeline, connecting (plain TCP without blocking;
  * TLS's handshake blocks, see the top of the file); false with error when
- * it cannot be.
+ * it cannot be. Over plain TCP a host name is looked up on a thread first
+ * (broker.h's RelayLookupStart), and the client made once it has the
+ * address (lookup_done); over TLS the name is the one the broker's
+ * certificate is checked against, so libmosquitto is given it.
  */
 static bool
 client_connect(MqttPipeline *p, char *error, size_t errsize)
 {
 	const MqttSettings *c = &p->cfg;
+	const char *host = c->host;
 	int			rc;
+
+	if (p->have_address)
+	{
+		host = p->address;
+		p->have_address = false;
+	}
+	else if (!c->tls && !RelayHostIsAddress(host))
+	{
+		char		why[200];
+
+		p->lookup = RelayLookupStart(host, c->port, lookup_done, p, why, sizeof(why));
+		if (p->lookup == NULL)
+			snprintf(error, errsize, "connection: could not connect to %.60s:%d: %s", c->host, c->port, why);
+		return p->lookup != NULL;
+	}
 
 	if (!library_ready)
 	{
@@ -456,7 +523,7 @@ client_connect(MqttPipeline *p, char *error, size_t errsize)
 	if (c->tls)
 		rc = mosquitto_connect(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
 	else
-		rc = mosquitto_connect_async(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
+		rc = mosquitto_connect_async(p->mosq, host, c->port, MQTT_KEEPALIVE_S);
 	if (rc != MOSQ_ERR_SUCCESS)
 	{
 		char		what[128];
@@ -582,13 +649,9 @@ mqtt_start(void *state, RelaySinkBatch *batch)
 	p->mb = mb;
 	if (p->drop)
 		client_drop(p, false);
-	if (p->mosq == NULL && !client_connect(p, error, sizeof(error)))
-	{
-		mb->link_failed = true;
-		strlcpy(mb->link_class, RELAY_CLASS_CONNECTION, sizeof(mb->link_class));
-		strlcpy(mb->link_error, error, sizeof(mb->link_error));
-		mb->window.stopped = true;
-	}
+	/* (a lookup still running from an earlier batch serves this one) */
+	if (p->mosq == NULL && p->lookup == NULL && !client_connect(p, error, sizeof(error)))
+		batch_unconnected(mb, error);
 	mb->connected = p->link == MQTT_LINK_UP;
 }
 
@@ -606,7 +669,8 @@ mqtt_progress(void *state, RelaySinkBatch *batch)
 		send_more(p, mb);
 		after_io(p);
 	}
-	if (RelaySendWindowFinished(&mb->window) && p->link != MQTT_LINK_CONNECTING)
+	if (RelaySendWindowFinished(&mb->window) && p->link != MQTT_LINK_CONNECTING &&
+		(p->lookup == NULL || mb->link_failed))
 		return true;
 	if (GetCurrentTimestamp() < mb->window.deadline)
 	{
@@ -624,7 +688,9 @@ mqtt_progress(void *state, RelaySinkBatch *batch)
 	{
 		mb->link_failed = true;
 		strlcpy(mb->link_class, RELAY_CLASS_TIMEOUT, sizeof(mb->link_class));
-		strlcpy(mb->link_error, "timeout: the broker did not accept the connection (CONNACK) within the batch's timeout_ms",
+		strlcpy(mb->link_error, p->lookup != NULL ?
+				"timeout: the broker's host name was not looked up within the batch's timeout_ms" :
+				"timeout: the broker did not accept the connection (CONNACK) within the batch's timeout_ms",
 				sizeof(mb->link_error));
 	}
 	/* a late acknowledgement must not be taken for another message's */
@@ -673,6 +739,8 @@ mqtt_close(void *state)
 	MqttPipeline *p = state;
 
 	client_drop(p, true);
+	RelayLookupEnd(p->lookup);
+	p->lookup = NULL;
 	dlist_delete(&p->node);
 }
 

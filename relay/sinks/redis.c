@@ -8,7 +8,10 @@
  * 1. `open` reads the pipeline's config (validated by redis_config.c) and
  *	  the credentials it refers to. The connection is the pipeline's: it is
  *	  made by the first batch (redisAsyncConnect, which does not wait for
- *	  the connect), kept across batches and dropped in `close`.
+ *	  the connect), kept across batches and dropped in `close`. A host name
+ *	  is looked up on a thread first (RelayLookupStart): hiredis would
+ *	  call getaddrinfo in the loop, where a slow name server would hold
+ *	  every pipeline of the worker.
  * 2. hiredis is told when to read and write through an adapter of our
  *	  own, as its adapters for libevent or libuv do: addRead, delRead,
  *	  addWrite and delWrite change what events.c's epoll set waits for on
@@ -91,6 +94,7 @@ typedef struct RedisSinkConfig
 typedef enum RedisConnState
 {
 	REDIS_DOWN = 0,				/* no connection */
+	REDIS_LOOKING_UP,			/* the host name's lookup is on its thread */
 	REDIS_CONNECTING,			/* connecting, or AUTH/SELECT unanswered */
 	REDIS_READY					/* XADDs may go */
 } RedisConnState;
@@ -111,6 +115,9 @@ typedef struct RedisSink
 	char		fail_error[256];
 	struct RedisBatch *rb;		/* the batch in flight, or NULL */
 	MemoryContext scratch;		/* one command's arguments, reset after it */
+	RelayLookup *lookup;		/* the host name's lookup, while it runs */
+	bool		have_address;	/* address is the host's, for the next connect */
+	char		address[64];
 } RedisSink;
 
 /* A batch in flight: the send window and each message's outcome so far. */
@@ -395,20 +402,65 @@ disconnected(const redisAsyncContext *ac, int status)
 					 ac->errstr[0] ? ac->errstr : "closed");
 }
 
+static void start_connect(RedisSink *s);
+
+/*
+ * The host name's lookup finished (called in the loop): connects to its
+ * address if a batch waits, or keeps it for the next batch.
+ */
+static void
+lookup_done(void *arg)
+{
+	RedisSink  *s = arg;
+	char		error[256];
+	bool		found = RelayLookupResult(s->lookup, s->address, sizeof(s->address),
+										  error, sizeof(error));
+
+	RelayLookupEnd(s->lookup);
+	s->lookup = NULL;
+	s->conn = REDIS_DOWN;
+	s->have_address = found;
+	if (s->rb == NULL)
+		return;
+	if (found)
+		start_connect(s);
+	else
+		note_failure(s, RELAY_CLASS_CONNECTION, "connection: could not connect to Redis: %s", error);
+}
+
 /*
  * Starts connecting, with AUTH and SELECT queued behind the connect; a
- * failure that is known at once is noted for the batch.
+ * failure that is known at once is noted for the batch. A host name is
+ * looked up first on a thread (broker.h's RelayLookupStart), so that a
+ * slow name server holds this pipeline only; each new connection looks
+ * it up again.
  */
 static void
 start_connect(RedisSink *s)
 {
 	const RedisSinkConfig *cfg = &s->cfg;
 	redisAsyncContext *ac;
+	const char *host = cfg->addr.host;
+	char		error[256];
 
 	s->failed = false;
 	s->conn = REDIS_DOWN;
 	s->setup_pending = 0;
-	ac = redisAsyncConnect(cfg->addr.host, cfg->addr.port);
+	if (s->have_address)
+	{
+		host = s->address;
+		s->have_address = false;
+	}
+	else if (!RelayHostIsAddress(host))
+	{
+		s->lookup = RelayLookupStart(host, cfg->addr.port, lookup_done, s, error, sizeof(error));
+		if (s->lookup == NULL)
+			note_failure(s, RELAY_CLASS_CONNECTION, "connection: could not connect to Redis: %s", error);
+		else
+			s->conn = REDIS_LOOKING_UP;
+		return;
+	}
+	ac = redisAsyncConnect(host, cfg->addr.port);
 	if (ac == NULL)
 	{
 		note_failure(s, RELAY_CLASS_CONNECTION, "connection: could not connect to Redis: %s",
@@ -471,7 +523,9 @@ drop_connection(RedisSink *s)
 	if (s->ac != NULL)
 		redisAsyncFree(s->ac);	/* calls ev_cleanup */
 	s->ac = NULL;
-	s->conn = REDIS_DOWN;
+	/* a lookup goes on: its answer serves the next batch */
+	if (s->conn != REDIS_LOOKING_UP)
+		s->conn = REDIS_DOWN;
 	/* the NULL answers it gave the set-up's callbacks are no failure */
 	s->failed = false;
 	s->rb = rb;
@@ -630,7 +684,7 @@ redis_start(void *state, RelaySinkBatch *batch)
 	RelaySendWindowInit(&rb->window, batch, s->cfg.max_in_flight, s->cfg.timeout_ms);
 	batch->sink_private = rb;
 	s->rb = rb;
-	if (s->ac == NULL)
+	if (s->ac == NULL && s->conn != REDIS_LOOKING_UP)
 		start_connect(s);
 	send_more(s, rb);
 	batch->wake_at = rb->window.deadline;
@@ -655,6 +709,8 @@ redis_progress(void *state, RelaySinkBatch *batch)
 	if (past && s->conn != REDIS_READY)
 	{
 		fail_rest(rb, RELAY_UNREACHABLE, RELAY_CLASS_TIMEOUT,
+				  s->conn == REDIS_LOOKING_UP ?
+				  "timeout: the Redis host name was not looked up within the batch's timeout_ms" :
 				  "timeout: no connection to Redis within the batch's timeout_ms");
 		drop_connection(s);
 		return true;
@@ -725,6 +781,8 @@ redis_close(void *state)
 
 	s->rb = NULL;
 	drop_connection(s);
+	RelayLookupEnd(s->lookup);
+	s->lookup = NULL;
 }
 
 /*
