@@ -36,21 +36,26 @@
 
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "common/hashfn.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "relay.h"
 
-/* A pipeline whose lock this worker holds. */
+/* A pipeline whose lock this worker holds, by name (the hash key). */
 typedef struct HeldPipeline
 {
-	char	   *name;
+	char	   *name;			/* in TopMemoryContext; the key is this pointer's target */
 	uint32		hash;
 	bool		served;			/* RelayServesPipeline said yes since the last release */
 } HeldPipeline;
 
-static HeldPipeline *held = NULL;
-static int	nheld = 0;
-static int	held_cap = 0;
+/*
+ * The pipelines whose locks this worker holds: a hash table, since every
+ * reading asks about each enabled pipeline (a list searched from the start
+ * cost a thousand pipelines half a million name comparisons per reading).
+ */
+static HTAB *held = NULL;
 
 /* This worker's slot, found by its pid; NULL outside a relay worker. */
 static RelayWorkerSlot *own_slot = NULL;
@@ -150,14 +155,49 @@ pipeline_lock_tag(LOCKTAG *tag, uint32 hash)
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, RELAY_PIPELINE_LOCK_KEY, hash, 2);
 }
 
+/* Hashes a held pipeline's name (the key is a pointer to it). */
+static uint32
+held_name_hash(const void *key, Size keysize)
+{
+	const char *name = *(const char *const *) key;
+
+	return hash_bytes((const unsigned char *) name, strlen(name));
+}
+
+/* Compares two held pipelines' names (the keys are pointers to them). */
+static int
+held_name_match(const void *key1, const void *key2, Size keysize)
+{
+	return strcmp(*(const char *const *) key1, *(const char *const *) key2);
+}
+
+/* The table of held pipelines, made on first use. */
+static HTAB *
+held_table(void)
+{
+	if (held == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(char *);
+		ctl.entrysize = sizeof(HeldPipeline);
+		ctl.hash = held_name_hash;
+		ctl.match = held_name_match;
+		ctl.hcxt = TopMemoryContext;
+		held = hash_create("pg_tide relay held pipelines", 256, &ctl,
+						   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	}
+	return held;
+}
+
 /* The held entry of a pipeline, or NULL. */
 static HeldPipeline *
 find_held(const char *name)
 {
-	for (int i = 0; i < nheld; i++)
-		if (strcmp(held[i].name, name) == 0)
-			return &held[i];
-	return NULL;
+	if (held == NULL)
+		return NULL;
+	return hash_search(held, &name, HASH_FIND, NULL);
 }
 
 /*
@@ -185,16 +225,13 @@ RelayServesPipeline(const char *name)
 		pipeline_lock_tag(&tag, hash);
 		if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
 			return false;		/* its former owner still has it */
-		if (nheld == held_cap)
 		{
-			held_cap = Max(16, held_cap * 2);
-			held = held == NULL ?
-				MemoryContextAlloc(TopMemoryContext, sizeof(HeldPipeline) * held_cap) :
-				repalloc(held, sizeof(HeldPipeline) * held_cap);
+			char	   *key = MemoryContextStrdup(TopMemoryContext, name);
+
+			h = hash_search(held_table(), &key, HASH_ENTER, NULL);
+			h->name = key;
+			h->hash = hash;
 		}
-		h = &held[nheld++];
-		h->name = MemoryContextStrdup(TopMemoryContext, name);
-		h->hash = hash;
 	}
 	h->served = true;
 	return true;
@@ -227,28 +264,36 @@ RelayReleaseUnservedPipelines(void)
 	RelayWorkerSlot *slot = find_own_slot();
 	bool		released = false;
 	int			kept = 0;
+	HASH_SEQ_STATUS seq;
+	HeldPipeline *h;
 
 	view_valid = false;
 	if (slot == NULL)
 		return;
-	for (int i = 0; i < nheld; i++)
+	if (held != NULL)
 	{
-		LOCKTAG		tag;
-
-		if (held[i].served)
+		hash_seq_init(&seq, held);
+		while ((h = hash_seq_search(&seq)) != NULL)
 		{
-			held[i].served = false;
-			held[kept++] = held[i];
-			continue;
+			LOCKTAG		tag;
+			char	   *name = h->name;
+
+			if (h->served)
+			{
+				h->served = false;
+				kept++;
+				continue;
+			}
+			pipeline_lock_tag(&tag, h->hash);
+			LockRelease(&tag, ExclusiveLock, true);
+			/* removing the entry the scan stands on is allowed (dynahash) */
+			hash_search(held, &name, HASH_REMOVE, NULL);
+			pfree(name);
+			released = true;
 		}
-		pipeline_lock_tag(&tag, held[i].hash);
-		LockRelease(&tag, ExclusiveLock, true);
-		pfree(held[i].name);
-		released = true;
 	}
-	nheld = kept;
 	SpinLockAcquire(&Relay->mutex);
-	slot->npipelines = nheld;
+	slot->npipelines = kept;
 	SpinLockRelease(&Relay->mutex);
 	/* The new owner sleeps on; a wake request ends its sleep (worker.c). */
 	if (released)
