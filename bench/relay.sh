@@ -54,7 +54,8 @@
 #   PARTS      "all" (default); "workers" for the runs with several workers
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
-#              alone
+#              alone; "single" for mode single beside libcurl alone
+#              (curl_client.c) alone
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's;
 #              see test/lib.sh)
@@ -752,6 +753,11 @@ for round in $(seq 1 "$REPEATS"); do
 		throughput single_key single "$N_SINGLE" "$KEY_CFG" "$round"
 		continue
 	fi
+	if [ "$PARTS" = single ]; then
+		curl_run "$round"
+		throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
+		continue
+	fi
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
@@ -770,7 +776,7 @@ for round in $(seq 1 "$REPEATS"); do
 	# Idle again: what the worker keeps (malloc keeps freed memory).
 	bench_record worker_memory_kb "at rest, after the round" "$round" "$(proc_rss_kb "$wpid")"
 done
-if [ "$PARTS" != ordering ]; then
+if [ "$PARTS" != ordering ] && [ "$PARTS" != single ]; then
 	workers_rounds
 	many_rounds
 fi
@@ -783,6 +789,7 @@ if [ "$PARTS" = ordering ]; then
 		"$RESULTS" | sort
 	exit 0
 fi
+[ "$PARTS" = single ] && exit 0
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
 awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '
