@@ -21,9 +21,11 @@
  * The sink still sees one batch at a time, and batches are recorded in
  * the order they were leased: k+1 is recorded only once it finished, after
  * k. k+1 starts only when k's outcomes settle each of its messages
- * (delivered, or failed by its own answer and so queued or dead-lettered);
- * when anything would hold the pipeline instead (its destination failed, a
- * message was not sent, a 410, the breaker opened, the rate limit), k is
+ * (delivered, or failed by the destination's answer and so queued or
+ * dead-lettered); when anything would hold the pipeline instead (its
+ * destination failed, a message was not sent, a 410, the breaker opened,
+ * the rate limit) or a message got no answer (a timeout: the destination
+ * may be stalled), k is
  * recorded as it would be without the overlap and k+1 is given back: its
  * messages stay in the pipeline's lease, and the pipeline's next lease
  * hands them out again, after what k left unrecorded. So the offsets still
@@ -892,19 +894,19 @@ end_operation(PipelineState *st, bool cancel)
 static int
 abandon_operations(void)
 {
-	dlist_mutable_iter iter;
 	int			n = 0;
 
-	dlist_foreach_modify(iter, &operations)
+	/* one pipeline's end may take more than one listed batch with it */
+	while (!dlist_is_empty(&operations))
 	{
-		Operation  *op = dlist_container(Operation, node, iter.cur);
+		Operation  *op = dlist_head_element(Operation, node, &operations);
 		PipelineState *st = op->st;
 
 		if (op->from_queue)
 			st->retry_check_at = 0;
 		else
 			st->look = true;
-		n += st->ahead != NULL ? 2 : 1;
+		n += (st->recording != NULL) + (st->op != NULL) + (st->ahead != NULL);
 		end_operation(st, true);
 	}
 	return n;
@@ -978,9 +980,23 @@ lease_ahead(PipelineState *st)
 }
 
 /*
+ * Whether a message's failure is the destination's answer to it (an HTTP
+ * status, a broker's refusal), which says nothing of the messages after
+ * it; not a silence (a timeout, a connection broken once sent), which may
+ * be a stalled destination that the next batch should not be sent into.
+ */
+static bool
+failed_by_answer(const RelayMessageOutcome *o)
+{
+	return message_failed(o->outcome) &&
+		strcmp(o->error_class, "timeout") != 0 && strcmp(o->error_class, "connection") != 0;
+}
+
+/*
  * Whether the batch leased ahead of a finished batch may start before the
  * finished one is recorded: when its outcomes settle every message of it
- * (delivered, or failed by its own answer, so queued or dead-lettered) and
+ * (delivered, or failed by the destination's answer, so queued or
+ * dead-lettered: failed_by_answer) and
  * nothing holds the pipeline (a 410, a destination failure, a message not
  * sent, the breaker, the rate limit), nothing else is due first (retries,
  * a newer reading of the config, a retirement) and it is still served.
@@ -997,7 +1013,7 @@ may_start_ahead(PipelineState *st, const Operation *done, const RelayDeliveryRes
 		return false;
 	for (int i = 0; i < done->n; i++)
 		if (r->each[i].outcome != RELAY_DELIVERED && r->each[i].outcome != RELAY_FILTERED &&
-			!message_failed(r->each[i].outcome))
+			!failed_by_answer(&r->each[i]))
 			return false;
 	return RelayPacingAllowance(done->p, &st->pacing, next->n, &wake) >= next->n;
 }
