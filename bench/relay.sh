@@ -54,9 +54,11 @@
 #   PARTS      "all" (default); "workers" for the runs with several workers
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
-#              alone; "core" for everything but the runs with several
-#              workers and with many pipelines (what an earlier version's
-#              relay.sh measures too, for a comparison in one sitting)
+#              alone; "single" for mode single beside libcurl alone
+#              (curl_client.c) alone; "core" for everything but the runs
+#              with several workers and with many pipelines (what an
+#              earlier version's relay.sh measures too, for a comparison
+#              in one sitting)
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #              PostgreSQL (default /tmp/pg_tide_bench_relay, 5497, Debian's;
 #              see test/lib.sh)
@@ -758,6 +760,11 @@ for round in $(seq 1 "$REPEATS"); do
 		throughput single_key single "$N_SINGLE" "$KEY_CFG" "$round"
 		continue
 	fi
+	if [ "$PARTS" = single ]; then
+		curl_run "$round"
+		throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
+		continue
+	fi
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
@@ -789,6 +796,7 @@ if [ "$PARTS" = ordering ]; then
 		"$RESULTS" | sort
 	exit 0
 fi
+[ "$PARTS" = single ] && exit 0
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
 awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '

@@ -15,6 +15,12 @@
  *	  the batch in flight is leased and delivered again, and the record's
  *	  commit, which waits, makes the lease durable with it. Messages due
  *	  for another attempt are taken from the pipeline's retry queue.
+ *	  With ordering relaxed and a backlog, the worker leases the next batch
+ *	  while one is in flight (RelayLeaseAhead, tide's TidePollAhead): the
+ *	  pipeline's consumer keeps holding one lease, lengthened at its end, so
+ *	  the record of the first batch, which commits up to its last id,
+ *	  leaves it holding the next batch alone; a next batch that is not
+ *	  started stays in the lease and is leased again from it.
  * 2. The caller delivers with no transaction open.
  * 3. Record, all in one transaction: tide.commit_offset acknowledges the
  *	  lease up to the last message whose fate is known (an ERROR when the
@@ -176,6 +182,45 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 
 	/* in the same transaction: the keys held back by the retry queue */
 	RelayOrderingFindBlocked(p, lc.out, lc.n);
+	RelayEndShortXact(cxt);
+	*msgs = lc.out;
+	return lc.n;
+}
+
+/*
+ * Leases the pipeline's batch after the one in flight, whose last message
+ * is `after`, while that one is delivered (see the top of this file);
+ * returns how many messages it holds, in id order, copied into cxt as
+ * *msgs. Ordering relaxed only: it finds no blocked keys.
+ */
+int
+RelayLeaseAhead(const RelayPipeline *p, int64 after, int limit, MemoryContext cxt,
+				RelayMessage **msgs)
+{
+	LeaseCopy	lc;
+
+	Assert(p->ordering_key == NULL && !p->strict);
+	RelayBeginShortXact("pg_tide relay: leasing the next batch");
+	/*
+	 * The end of a backlog writes nothing (a poll writes the consumer's
+	 * heartbeat). Messages of the lease behind the batch in flight (after a
+	 * hold) are not looked for here: they are leased again after it.
+	 */
+	if (!TideGroupHasMessages(p->consumer_group))
+	{
+		RelayEndShortXact(cxt);
+		*msgs = NULL;
+		return 0;
+	}
+	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	memset(&lc, 0, sizeof(lc));
+	lc.p = p;
+	lc.cxt = cxt;
+	lc.out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(limit, 1));
+	lc.key_header_null = lc.key_path_null = true;
+	(void) TidePollAhead(p->consumer_group, p->consumer, after, limit, p->lease_seconds,
+						 copy_polled, &lc);
 	RelayEndShortXact(cxt);
 	*msgs = lc.out;
 	return lc.n;

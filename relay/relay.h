@@ -211,6 +211,8 @@ extern char *RelayJsonbText(Jsonb *jb, MemoryContext cxt);
 /* lease.c */
 extern int	RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt,
 							RelayMessage **msgs);
+extern int	RelayLeaseAhead(const RelayPipeline *p, int64 after, int limit, MemoryContext cxt,
+							RelayMessage **msgs);
 extern int	RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);

@@ -3,12 +3,33 @@
  *		A relay worker: one per database where pg_tide is installed. It
  *		drives the deliveries of all its pipelines at the same time.
  *
- * Each pipeline has at most one batch in flight, an operation (Operation
+ * Each pipeline has at most one batch in its sink, an operation (Operation
  * below): leased in a short transaction (lease.c), then delivered by the
  * pipeline's sink with no transaction open (sink.h), then recorded in a
  * short transaction. Between lease and record the loop waits on every
  * batch at once, so a destination that never answers holds only its own
  * pipeline's batch, for its own timeout_ms.
+ *
+ * A pipeline with ordering relaxed that works through a backlog of live
+ * messages overlaps its batches, so that its destination never waits for
+ * the worker's transactions (lease_ahead):
+ *
+ *	  lease k+1 while k is in flight -> k finishes: its outcomes are taken
+ *	  out of the sink -> k+1 starts in the sink -> k is recorded while
+ *	  k+1 is in flight -> lease k+2 -> ...
+ *
+ * The sink still sees one batch at a time, and batches are recorded in
+ * the order they were leased: k+1 is recorded only once it finished, after
+ * k. k+1 starts only when k's outcomes settle each of its messages
+ * (delivered, or failed by the destination's answer and so queued or
+ * dead-lettered); when anything would hold the pipeline instead (its
+ * destination failed, a message was not sent, a 410, the breaker opened,
+ * the rate limit) or a message got no answer (a timeout: the destination
+ * may be stalled), k is
+ * recorded as it would be without the overlap and k+1 is given back: its
+ * messages stay in the pipeline's lease, and the pipeline's next lease
+ * hands them out again, after what k left unrecorded. So the offsets still
+ * pass only messages recorded in the same commit, in order.
  *
  * The loop, each turn (loop_once):
  *
@@ -182,7 +203,10 @@ struct PipelineState;
  */
 typedef struct Operation
 {
-	dlist_node	node;			/* in `operations` */
+	dlist_node	node;			/* in `operations`, once started */
+	bool		listed;			/* in `operations` */
+	bool		in_sink;		/* started, and its outcomes not yet taken */
+	bool		finished;		/* the sink said so when it was first moved on */
 	struct PipelineState *st;
 	RelayPipeline *p;
 	MemoryContext cxt;
@@ -224,6 +248,10 @@ typedef struct PipelineState
 	RelayPipeline *p;			/* the reading it is served with; NULL: none */
 	RelayPipeline *next_p;		/* a newer reading, taken once `op` is done */
 	Operation  *op;				/* its batch in flight, or NULL */
+	Operation  *ahead;			/* the next batch, leased while `op` is in
+								 * flight and not started yet, or NULL */
+	Operation  *recording;		/* a finished batch being recorded while the
+								 * next one is in flight, or NULL */
 } PipelineState;
 
 /* The pipelines by name. */
@@ -459,6 +487,24 @@ typedef enum BatchEnd
 } BatchEnd;
 
 /*
+ * Accounts for a finished batch's attempts in the pipeline's pacing (its
+ * rate limit's tokens, its breaker), before anything else is decided.
+ */
+static void
+pace_batch(const RelayPipeline *p, PipelineState *st, const RelayDeliveryResult *r, int n)
+{
+	int			nsucceeded = 0;
+	int			nfailed = 0;
+
+	for (int i = 0; i < n; i++)
+		if (r->each[i].outcome == RELAY_DELIVERED)
+			nsucceeded++;
+		else if (r->each[i].outcome != RELAY_NOT_SENT && r->each[i].outcome != RELAY_FILTERED)
+			nfailed++;
+	RelayPacingAfterBatch(p, &st->pacing, nsucceeded + nfailed, nfailed, nsucceeded);
+}
+
+/*
  * Records what became of each message of a delivered batch (live from the
  * lease, or from the retry queue), in one transaction:
  *
@@ -499,7 +545,6 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	memset(&s, 0, sizeof(s));
 	s.sent_at = sent_at;
 	s.filtered = filtered;
-	clean_outcomes(&r, n);
 
 	s.n = n;
 	s.msgs = msgs;
@@ -521,7 +566,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 			else
 				nfailed++;
 		}
-	RelayPacingAfterBatch(p, &st->pacing, nsucceeded + nfailed, nfailed, nsucceeded);
+	/* the batch moved the pacing already (pace_batch) */
 	s.breaker = RelayBreakerStateName(p, &st->pacing);
 
 	/*
@@ -732,12 +777,18 @@ start_operation(PipelineState *st, Operation *op, RelayMessage *msgs, int n, boo
 	op->batch.ready = true;
 	op->sent_at = GetCurrentTimestamp();
 	if (npass > 0)
+	{
+		op->in_sink = true;
 		p->sink->start(p->sink_state, &op->batch);
+	}
 }
 
-/* A new operation of a pipeline, with a memory context of its own. */
+/*
+ * A new operation of a pipeline, with a memory context of its own; not in
+ * `operations` until it is started (list_operation).
+ */
 static Operation *
-new_operation(PipelineState *st)
+make_operation(PipelineState *st)
 {
 	MemoryContext cxt = AllocSetContextCreate(engine_cxt, "pg_tide relay batch",
 											  ALLOCSET_DEFAULT_SIZES);
@@ -746,35 +797,77 @@ new_operation(PipelineState *st)
 	op->cxt = cxt;
 	op->st = st;
 	op->p = st->p;
-	st->op = op;
+	return op;
+}
+
+/* Puts an operation among those the loop moves on and waits for. */
+static void
+list_operation(Operation *op)
+{
 	dlist_push_tail(&operations, &op->node);
+	op->listed = true;
 	n_operations++;
+}
+
+/* A new operation of a pipeline, its batch in flight, among `operations`. */
+static Operation *
+new_operation(PipelineState *st)
+{
+	Operation  *op = make_operation(st);
+
+	st->op = op;
+	list_operation(op);
 	return op;
 }
 
 /*
- * Ends a pipeline's operation: with `cancel` (the worker stops, a cancel,
- * an ERROR) the sink first releases whatever of the batch it still holds;
- * never an ERROR. Only then is the batch's memory freed. The pipeline then
- * takes a newer reading of its config if one came meanwhile, or lets go of
- * its reading when it is no longer enabled.
+ * Frees one operation: with `cancel`, a batch still in its sink is
+ * abandoned first, so that nothing the sink keeps points into the memory
+ * freed; never an ERROR.
+ */
+static void
+free_operation(Operation *op, bool cancel)
+{
+	if (op->in_sink && cancel)
+		op->p->sink->cancel(op->p->sink_state, &op->batch);
+	op->in_sink = false;
+	if (op->listed)
+	{
+		dlist_delete(&op->node);
+		n_operations--;
+	}
+	MemoryContextSwitchTo(loop_cxt);
+	MemoryContextDelete(op->cxt);
+}
+
+/*
+ * Ends a pipeline's operations (the batch in flight, the one leased ahead
+ * of it, the one being recorded): with `cancel` (the worker stops, a
+ * cancel, an ERROR) the sink first releases whatever of its batch it still
+ * holds; never an ERROR. Only then is the batches' memory freed. The
+ * pipeline then takes a newer reading of its config if one came meanwhile,
+ * or lets go of its reading when it is no longer enabled.
  */
 static void
 end_operation(PipelineState *st, bool cancel)
 {
-	Operation  *op = st->op;
-	bool		leased;
+	Operation  *ops[3] = {st->recording, st->op, st->ahead};
+	bool		leased = false;
+	bool		any = false;
 
-	if (op == NULL)
-		return;
-	leased = op->n > 0;
-	if (cancel && op->batch.nmsgs > 0)
-		op->p->sink->cancel(op->p->sink_state, &op->batch);
-	dlist_delete(&op->node);
-	n_operations--;
+	st->recording = NULL;
 	st->op = NULL;
+	st->ahead = NULL;
+	for (int i = 0; i < (int) lengthof(ops); i++)
+		if (ops[i] != NULL)
+		{
+			any = true;
+			leased |= ops[i]->n > 0;
+			free_operation(ops[i], cancel);
+		}
+	if (!any)
+		return;
 	MemoryContextSwitchTo(loop_cxt);
-	MemoryContextDelete(op->cxt);
 	if (st->next_p)
 	{
 		take_reading(st, st->next_p);
@@ -793,73 +886,218 @@ end_operation(PipelineState *st, bool cancel)
 }
 
 /*
- * Abandons every batch in flight: nothing of them is recorded, and their
- * messages are leased (or taken from the retry queue) again at the next
- * look. For a cancel, for the worker's stop and on the way out of an ERROR:
- * never raises one.
+ * Abandons every batch in flight (and those leased ahead of them): nothing
+ * of them is recorded, and their messages are leased (or taken from the
+ * retry queue) again at the next look. For a cancel, for the worker's stop
+ * and on the way out of an ERROR: never raises one.
  */
 static int
 abandon_operations(void)
 {
-	dlist_mutable_iter iter;
 	int			n = 0;
 
-	dlist_foreach_modify(iter, &operations)
+	/* one pipeline's end may take more than one listed batch with it */
+	while (!dlist_is_empty(&operations))
 	{
-		Operation  *op = dlist_container(Operation, node, iter.cur);
+		Operation  *op = dlist_head_element(Operation, node, &operations);
 		PipelineState *st = op->st;
 
 		if (op->from_queue)
 			st->retry_check_at = 0;
 		else
 			st->look = true;
+		n += (st->recording != NULL) + (st->op != NULL) + (st->ahead != NULL);
 		end_operation(st, true);
-		n++;
 	}
 	return n;
 }
 
 /*
- * Records a finished operation (settle_batch) and ends it; what the
- * pipeline does next: a full batch (or one the rate cut short) looks for
- * more at once, a held one waits for its hold.
+ * Moves a batch on once, right after its start, so that its first sends
+ * are out before the worker opens a transaction: its sink's progress, then
+ * what the sinks asked to be done at once (a library's timer set to 0, a
+ * socket ready to write), as the loop's wait would do next. A batch the
+ * sink says is finished already is completed at the loop's next look at it.
  */
 static void
-complete_operation(PipelineState *st)
+kick_operation(Operation *op)
+{
+	op->batch.ready = false;
+	op->batch.wake_at = 0;
+	if (op->batch.nmsgs == 0 || op->p->sink->progress(op->p->sink_state, &op->batch))
+	{
+		op->finished = true;
+		op->batch.ready = true;
+		return;
+	}
+	RelayTimersFire(GetCurrentTimestamp());
+	RelayEventsDispatch();
+}
+
+/*
+ * Leases the batch after the pipeline's batch in flight, as long as that
+ * one is delivered, when they may overlap (see the top of this file): a
+ * live batch, with ordering relaxed, that was full (a backlog; a batch that
+ * is not full leases nothing ahead, so low rates wait for nothing), while
+ * nothing else is due first (retries, a newer reading, a retirement) and
+ * the rate limit has tokens for both batches. One lease holds both (the
+ * consumer lengthens its lease at its end, TidePollAhead): a second
+ * consumer would need the group's rules, the check of other consumers, the
+ * status views and the retention to know it, while the one lease keeps
+ * them as they are and gives back a batch not started by itself.
+ */
+static void
+lease_ahead(PipelineState *st)
 {
 	Operation  *op = st->op;
 	const RelayPipeline *p = op->p;
+	Operation  *ahead;
+	RelayMessage *msgs;
+	TimestampTz wake;
+	int			n;
+
+	if (op->from_queue || p->strict || p->ordering_key != NULL ||
+		op->n < p->batch_size || op->limit < p->batch_size ||
+		retiring || !st->listed || st->next_p != NULL || st->ahead != NULL ||
+		st->retry_check_at <= GetCurrentTimestamp())
+		return;
+	if (RelayPacingAllowance(p, &st->pacing, op->n + p->batch_size, &wake) < op->n + p->batch_size)
+		return;
+	ahead = make_operation(st);
+	/* from here on, an ERROR frees it with the pipeline's other batches */
+	st->ahead = ahead;
+	n = RelayLeaseAhead(p, op->msgs[op->n - 1].id, p->batch_size, ahead->cxt, &msgs);
+	MemoryContextSwitchTo(loop_cxt);
+	if (n == 0)
+	{
+		st->ahead = NULL;
+		free_operation(ahead, false);
+		return;
+	}
+	ahead->msgs = msgs;
+	ahead->n = n;
+	ahead->limit = p->batch_size;
+}
+
+/*
+ * Whether a message's failure is the destination's answer to it (an HTTP
+ * status, a broker's refusal), which says nothing of the messages after
+ * it; not a silence (a timeout, a connection broken once sent), which may
+ * be a stalled destination that the next batch should not be sent into.
+ */
+static bool
+failed_by_answer(const RelayMessageOutcome *o)
+{
+	return message_failed(o->outcome) &&
+		strcmp(o->error_class, "timeout") != 0 && strcmp(o->error_class, "connection") != 0;
+}
+
+/*
+ * Whether the batch leased ahead of a finished batch may start before the
+ * finished one is recorded: when its outcomes settle every message of it
+ * (delivered, or failed by the destination's answer, so queued or
+ * dead-lettered: failed_by_answer) and
+ * nothing holds the pipeline (a 410, a destination failure, a message not
+ * sent, the breaker, the rate limit), nothing else is due first (retries,
+ * a newer reading of the config, a retirement) and it is still served.
+ * Its pacing has counted the finished batch already (pace_batch).
+ */
+static bool
+may_start_ahead(PipelineState *st, const Operation *done, const RelayDeliveryResult *r,
+				const Operation *next)
+{
+	TimestampTz wake;
+
+	if (r->disable || retiring || !st->listed || st->next_p != NULL ||
+		st->retry_check_at <= GetCurrentTimestamp())
+		return false;
+	for (int i = 0; i < done->n; i++)
+		if (r->each[i].outcome != RELAY_DELIVERED && r->each[i].outcome != RELAY_FILTERED &&
+			!failed_by_answer(&r->each[i]))
+			return false;
+	return RelayPacingAllowance(done->p, &st->pacing, next->n, &wake) >= next->n;
+}
+
+/*
+ * Takes a finished batch's outcomes out of its sink into the operation's
+ * memory, for the whole batch (filtered and parked messages included), its
+ * texts made storable; the sink then holds nothing of it.
+ */
+static void
+take_outcomes(Operation *op, RelayDeliveryResult *r)
+{
+	const RelayPipeline *p = op->p;
 	RelayDeliveryResult sub;
-	RelayDeliveryResult r;
-	BatchEnd	end;
 
 	MemoryContextSwitchTo(op->cxt);
 	memset(&sub, 0, sizeof(sub));
 	sub.each = palloc0(sizeof(RelayMessageOutcome) * Max(op->batch.nmsgs, 1));
 	for (int i = 0; i < op->batch.nmsgs; i++)
 		sub.each[i].wait_ms = -1;
-	if (op->batch.nmsgs > 0)
+	if (op->in_sink)
 		p->sink->outcomes(p->sink_state, &op->batch, &sub);
+	op->in_sink = false;
 
-	/* The outcomes of the whole batch, the filtered messages included. */
-	memset(&r, 0, sizeof(r));
-	r.each = palloc0(sizeof(RelayMessageOutcome) * Max(op->n, 1));
-	r.disable = sub.disable;
-	strlcpy(r.disable_reason, sub.disable_reason, sizeof(r.disable_reason));
+	memset(r, 0, sizeof(*r));
+	r->each = palloc0(sizeof(RelayMessageOutcome) * Max(op->n, 1));
+	r->disable = sub.disable;
+	strlcpy(r->disable_reason, sub.disable_reason, sizeof(r->disable_reason));
 	for (int i = 0; i < op->n; i++)
 	{
 		if (op->pos[i] >= 0)
-			r.each[i] = sub.each[op->pos[i]];
+			r->each[i] = sub.each[op->pos[i]];
 		else if (op->msgs[i].blocked)
-			r.each[i].outcome = RELAY_NOT_SENT;
+			r->each[i].outcome = RELAY_NOT_SENT;
 		else
-			r.each[i].outcome = RELAY_FILTERED;
-		if (r.each[i].outcome == RELAY_DELIVERED)
-			r.delivered++;
-		if (r.acked == i && (r.each[i].outcome == RELAY_DELIVERED ||
-							 r.each[i].outcome == RELAY_FILTERED))
-			r.acked++;
+			r->each[i].outcome = RELAY_FILTERED;
+		if (r->each[i].outcome == RELAY_DELIVERED)
+			r->delivered++;
+		if (r->acked == i && (r->each[i].outcome == RELAY_DELIVERED ||
+							  r->each[i].outcome == RELAY_FILTERED))
+			r->acked++;
 	}
+	clean_outcomes(r, op->n);
+}
+
+/*
+ * Records a finished operation (settle_batch) and ends it; what the
+ * pipeline does next: a batch leased ahead of it starts in the sink first
+ * when it may (may_start_ahead), and then leases its own next batch; else
+ * a full batch (or one the rate cut short) looks for more at once, a held
+ * one waits for its hold.
+ */
+static void
+complete_operation(PipelineState *st)
+{
+	Operation  *op = st->op;
+	const RelayPipeline *p = op->p;
+	RelayDeliveryResult r;
+	Operation  *next;
+	BatchEnd	end;
+
+	take_outcomes(op, &r);
+	pace_batch(p, st, &r, op->n);
+
+	next = st->ahead;
+	st->ahead = NULL;
+	if (next != NULL && !may_start_ahead(st, op, &r, next))
+	{
+		/* given back: its messages stay in the lease and are leased again */
+		free_operation(next, false);
+		next = NULL;
+	}
+	if (next != NULL)
+	{
+		/* the finished batch is recorded while the next one is in flight */
+		st->recording = op;
+		st->op = next;
+		list_operation(next);
+		MemoryContextSwitchTo(next->cxt);
+		start_operation(st, next, next->msgs, next->n, false, next->limit);
+		kick_operation(next);
+	}
+
+	MemoryContextSwitchTo(op->cxt);
 	end = settle_batch(p, st, op->msgs, op->n, op->after, op->from_queue, &r,
 					   op->n - op->batch.nmsgs - op->nblocked, op->sent_at, op->cxt);
 	/* A short lease: nothing more waits (unless the rate cut it short). */
@@ -869,7 +1107,14 @@ complete_operation(PipelineState *st)
 		st->retry_check_at = 0;
 	turn_ok(st);
 	MemoryContextSwitchTo(loop_cxt);
-	end_operation(st, false);
+	if (next == NULL)
+	{
+		end_operation(st, false);
+		return;
+	}
+	st->recording = NULL;
+	free_operation(op, false);
+	lease_ahead(st);
 }
 
 /*
@@ -948,6 +1193,12 @@ step_pipeline(PipelineState *st)
 			MemoryContextSwitchTo(op->cxt);
 			start_operation(st, op, msgs, n, false, limit);
 			MemoryContextSwitchTo(loop_cxt);
+			/* a backlog: the next batch is leased while this one is out */
+			if (n == p->batch_size && !p->strict && p->ordering_key == NULL)
+			{
+				kick_operation(op);
+				lease_ahead(st);
+			}
 			return;
 		}
 	}
@@ -1135,7 +1386,8 @@ progress_operations(void)
 			continue;
 		op->batch.ready = false;
 		op->batch.wake_at = 0;
-		if (op->batch.nmsgs == 0 || op->p->sink->progress(op->p->sink_state, &op->batch))
+		if (op->finished || op->batch.nmsgs == 0 ||
+			op->p->sink->progress(op->p->sink_state, &op->batch))
 			run_for_pipeline(op->st, complete_operation);
 	}
 }

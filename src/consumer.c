@@ -35,6 +35,13 @@
  * consumer's poll. A takeover and the old holder's commit meet on the
  * lease row: whichever comes second sees what the first left (publishers
  * never touch these rows).
+ *
+ * TidePollAhead(), for the relay alone, leases a consumer's next batch
+ * while it still works on the one it holds: the messages of its lease after
+ * the batch, or else new messages that lengthen its lease at its end (only
+ * when the lease ends at leased_upto and no lease of the group is expired,
+ * so that nothing is taken out of turn). A consumer keeps holding one
+ * lease; committing the first batch shrinks it to the next one.
  */
 #include "postgres.h"
 
@@ -82,6 +89,7 @@ static SPIPlanPtr set_lease_plan = NULL;
 static SPIPlanPtr shrink_lease_plan = NULL;
 static SPIPlanPtr delete_lease_plan = NULL;
 static SPIPlanPtr advance_plan = NULL;
+static SPIPlanPtr others_expired_plan = NULL;
 static SPIPlanPtr commit_offset_plan = NULL;
 static SPIPlanPtr heartbeat_plan = NULL;
 static SPIPlanPtr extend_lease_plan = NULL;
@@ -497,6 +505,87 @@ poll_new_messages(Poll *poll, const char *group)
 			  args);
 }
 
+/*
+ * Whether the group has an expired lease of a consumer other than
+ * `consumer`: a poll would take that over before any new message.
+ */
+static bool
+others_lease_expired(Datum group, Datum consumer)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {group, consumer};
+
+	if (SPI_execute_plan(TidePlan(&others_expired_plan,
+								  "SELECT FROM tide.tide_consumer_leases"
+								  " WHERE group_name OPERATOR(pg_catalog.=) $1"
+								  "   AND consumer_id OPERATOR(pg_catalog.<>) $2"
+								  "   AND expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()",
+								  2, types),
+						 args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read expired leases");
+	return SPI_processed > 0;
+}
+
+/*
+ * TidePollAhead's lease: the messages after `after` of the consumer's own
+ * lease (which must reach `after`), or else new messages above leased_upto
+ * that lengthen the lease at its end, with a fresh expiry; nothing when the
+ * consumer holds no such lease, when another consumer's lease was handed
+ * out behind it, or when a lease of the group is expired.
+ */
+static void
+poll_ahead_of(Poll *poll, const char *group, int64 after)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Oid			advance_types[2] = {TEXTOID, INT8OID};
+	Datum		args[2] = {poll->group, poll->consumer};
+	Datum		advance_args[2];
+	int64		start;
+	int64		end;
+	int64		first;
+	int64		last;
+	int64		horizon;
+	bool		isnull;
+
+	if (SPI_execute_plan(TidePlan(&own_lease_plan,
+								  "SELECT lease_start, lease_end FROM tide.tide_consumer_leases"
+								  " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2"
+								  " FOR UPDATE",
+								  2, types),
+						 args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read a consumer lease");
+	if (SPI_processed == 0)
+		return;
+	start = TideSpiInt64(1, &isnull);
+	end = TideSpiInt64(2, &isnull);
+	/* the batch in hand must lie in the lease, or the lease is not that batch's */
+	if (after < start || after > end)
+		return;
+	if (after < end)
+	{
+		/* the lease holds more than the batch in hand (it was leased again after a hold) */
+		if (take_messages(poll, after, end, &first, &last) > 0)
+			set_lease(poll->group, poll->consumer, start, end, poll->visibility);
+		return;
+	}
+	poll->group_state = read_group(group, true);
+	if (poll->group_state.leased_upto != end || others_lease_expired(poll->group, poll->consumer))
+		return;
+	horizon = TrackerSafeHorizon();
+	if (horizon <= end)
+		return;
+	if (take_messages(poll, end, horizon, &first, &last) == 0)
+		return;
+	set_lease(poll->group, poll->consumer, start, last, poll->visibility);
+	advance_args[0] = poll->group;
+	advance_args[1] = Int64GetDatum(last);
+	run_write(TidePlan(&advance_plan,
+					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2"
+					   " WHERE group_name OPERATOR(pg_catalog.=) $1",
+					   2, advance_types),
+			  advance_args);
+}
+
 /* The consumer id argument at `argno`, validated. */
 static char *
 consumer_arg(FunctionCallInfo fcinfo, int argno)
@@ -687,6 +776,47 @@ TidePoll(const char *group, const char *consumer, int batch_size, int visibility
 	poll.batch_size = batch_size;
 	poll.visibility = visibility;
 	run_poll(&poll, group, false, 0);
+	return poll.count;
+}
+
+/*
+ * For the relay worker, which delivers the batch it leased up to id `after`
+ * and records it later: leases the consumer's next batch now (see the top
+ * of this file), with the checks and locks of a poll and without a commit.
+ * Each leased message goes to `each`, in id order; returns how many.
+ * Committing up to `after` later leaves the consumer holding the new batch
+ * alone; not committing it leaves both leased, and the consumer's next poll
+ * hands them back from the first.
+ */
+int
+TidePollAhead(const char *group, const char *consumer, int64 after, int batch_size,
+			  int visibility, TidePolledMessage each, void *each_arg)
+{
+	Poll		poll;
+	Caller		caller;
+	char	   *checked;
+
+	if (batch_size < 1 || batch_size > MAX_BATCH_SIZE ||
+		visibility < 1 || visibility > MAX_VISIBILITY_SECONDS)
+		elog(ERROR, "poll of consumer group \"%s\" out of range: batch size %d, visibility %d s",
+			 group, batch_size, visibility);
+	memset(&poll, 0, sizeof(poll));
+	poll.each = each;
+	poll.each_arg = each_arg;
+	poll.group = CStringGetTextDatum(group);
+	poll.consumer = CStringGetTextDatum(consumer);
+	poll.batch_size = batch_size;
+	poll.visibility = visibility;
+
+	checked = consume_begin(group, &caller);
+	if (checked == NULL)
+		no_such_group(group);
+	join_group(group, poll.group, poll.consumer, false);
+	poll.group_state = read_group(group, false);
+	if (strcmp(checked, poll.group_state.outbox) != 0)
+		TideCheckConsumeOutbox(caller.userid, group, poll.group_state.outbox);
+	poll_ahead_of(&poll, group, after);
+	consume_end(&caller);
 	return poll.count;
 }
 

@@ -69,6 +69,8 @@ typedef void (*TidePolledMessage) (void *arg, int64 id, Datum payload, Datum hea
 								   TimestampTz created_at);
 extern int	TidePoll(const char *group, const char *consumer, int batch_size, int visibility,
 					 TidePolledMessage each, void *each_arg);
+extern int	TidePollAhead(const char *group, const char *consumer, int64 after, int batch_size,
+						  int visibility, TidePolledMessage each, void *each_arg);
 extern bool TideGroupHasMessages(const char *group);
 extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
 								   bool *found);
