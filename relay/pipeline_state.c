@@ -74,7 +74,8 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		/* in a group of records (xact.c), only this one is undone */
+		RelayAbortShortXact();
 		MemoryContextSwitchTo(cxt);
 		ereport(LOG,
 				(errmsg("pg_tide relay could not record %s: %s", what, edata->message),

@@ -275,6 +275,9 @@ extern bool RelayWorkerRetired(void);
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);
 extern void RelayEndShortXact(MemoryContext cxt);
+extern void RelayAbortShortXact(void);
+extern void RelayBeginXactGroup(void);
+extern void RelayEndXactGroup(void);
 extern bool RelayTryLockTable(const char *relname, LOCKMODE mode);
 
 /* pipelines.c */

@@ -221,6 +221,8 @@ typedef struct Operation
 	int			limit;			/* what the pacing allowed when it was leased */
 	bool		from_queue;
 	TimestampTz sent_at;
+	RelayDeliveryResult result;	/* its outcomes, once finished (finish_operation) */
+	bool		has_result;
 } Operation;
 
 /*
@@ -1060,29 +1062,26 @@ take_outcomes(Operation *op, RelayDeliveryResult *r)
 }
 
 /*
- * Records a finished operation (settle_batch) and ends it; what the
- * pipeline does next: a batch leased ahead of it starts in the sink first
- * when it may (may_start_ahead), and then leases its own next batch; else
- * a full batch (or one the rate cut short) looks for more at once, a held
- * one waits for its hold.
+ * The first half of a finished operation's end, with no transaction open
+ * (the sink may connect, send and wait): its outcomes are taken out of the
+ * sink and counted in the pacing, and a batch leased ahead of it starts in
+ * the sink when it may (may_start_ahead), else it is given back: its
+ * messages stay in the lease and are leased again. The finished batch is
+ * recorded next (record_operation), with the others of the loop's turn.
  */
 static void
-complete_operation(PipelineState *st)
+finish_operation(PipelineState *st)
 {
 	Operation  *op = st->op;
-	const RelayPipeline *p = op->p;
-	RelayDeliveryResult r;
-	Operation  *next;
-	BatchEnd	end;
+	Operation  *next = st->ahead;
 
-	take_outcomes(op, &r);
-	pace_batch(p, st, &r, op->n);
+	take_outcomes(op, &op->result);
+	op->has_result = true;
+	pace_batch(op->p, st, &op->result, op->n);
 
-	next = st->ahead;
 	st->ahead = NULL;
-	if (next != NULL && !may_start_ahead(st, op, &r, next))
+	if (next != NULL && !may_start_ahead(st, op, &op->result, next))
 	{
-		/* given back: its messages stay in the lease and are leased again */
 		free_operation(next, false);
 		next = NULL;
 	}
@@ -1096,9 +1095,26 @@ complete_operation(PipelineState *st)
 		start_operation(st, next, next->msgs, next->n, false, next->limit);
 		kick_operation(next);
 	}
+	MemoryContextSwitchTo(loop_cxt);
+}
+
+/*
+ * Records a finished operation (settle_batch, after finish_operation) and
+ * ends it; what the pipeline does next: a full batch (or one the rate cut
+ * short) looks for more at once, a held one waits for its hold. When the
+ * batch leased ahead of it is in flight already, only the finished one
+ * ends, and the pipeline leases its next batch after the record
+ * (progress_operations).
+ */
+static void
+record_operation(PipelineState *st)
+{
+	Operation  *op = st->recording != NULL ? st->recording : st->op;
+	const RelayPipeline *p = op->p;
+	BatchEnd	end;
 
 	MemoryContextSwitchTo(op->cxt);
-	end = settle_batch(p, st, op->msgs, op->n, op->after, op->from_queue, &r,
+	end = settle_batch(p, st, op->msgs, op->n, op->after, op->from_queue, &op->result,
 					   op->n - op->batch.nmsgs - op->nblocked, op->sent_at, op->cxt);
 	/* A short lease: nothing more waits (unless the rate cut it short). */
 	if (!op->from_queue && end != BATCH_HELD && op->n == op->limit)
@@ -1107,14 +1123,13 @@ complete_operation(PipelineState *st)
 		st->retry_check_at = 0;
 	turn_ok(st);
 	MemoryContextSwitchTo(loop_cxt);
-	if (next == NULL)
+	if (op != st->recording)
 	{
 		end_operation(st, false);
 		return;
 	}
 	st->recording = NULL;
 	free_operation(op, false);
-	lease_ahead(st);
 }
 
 /*
@@ -1229,7 +1244,8 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		/* in a group of records, only this pipeline's is undone (xact.c) */
+		RelayAbortShortXact();
 		MemoryContextSwitchTo(loop_cxt);
 		end_operation(st, true);
 		delay = hold_after_error(st);
@@ -1370,15 +1386,23 @@ scan_pipelines(void)
 
 /*
  * Moves on every operation whose sink has something to do (its sockets or
- * timers fired, or its wake_at came), and records those that finished.
+ * timers fired, or its wake_at came), and ends those that finished, in
+ * three passes: each gives its outcomes and starts the batch leased ahead
+ * of it, with no transaction open (finish_operation); all are recorded
+ * together, in a group of short transactions (xact.c: one transaction per
+ * 64 records, each record in a subtransaction of its own, so that an ERROR
+ * in one pipeline's record loses no other's); then each pipeline whose
+ * next batch is in flight leases the one after it (lease_ahead).
  */
 static void
 progress_operations(void)
 {
-	dlist_mutable_iter iter;
+	dlist_iter	iter;
 	TimestampTz now = GetCurrentTimestamp();
+	PipelineState **finished = palloc(sizeof(PipelineState *) * Max(n_operations, 1));
+	int			nfinished = 0;
 
-	dlist_foreach_modify(iter, &operations)
+	dlist_foreach(iter, &operations)
 	{
 		Operation  *op = dlist_container(Operation, node, iter.cur);
 
@@ -1388,8 +1412,26 @@ progress_operations(void)
 		op->batch.wake_at = 0;
 		if (op->finished || op->batch.nmsgs == 0 ||
 			op->p->sink->progress(op->p->sink_state, &op->batch))
-			run_for_pipeline(op->st, complete_operation);
+			finished[nfinished++] = op->st;
 	}
+	if (nfinished == 0)
+		return;
+	for (int i = 0; i < nfinished; i++)
+		run_for_pipeline(finished[i], finish_operation);
+	RelayBeginXactGroup();
+	for (int i = 0; i < nfinished; i++)
+	{
+		PipelineState *st = finished[i];
+
+		/* (an ERROR in its first half ended every batch of it) */
+		if (st->recording != NULL || (st->op != NULL && st->op->has_result))
+			run_for_pipeline(st, record_operation);
+	}
+	RelayEndXactGroup();
+	MemoryContextSwitchTo(loop_cxt);
+	for (int i = 0; i < nfinished; i++)
+		if (finished[i]->op != NULL)
+			run_for_pipeline(finished[i], lease_ahead);
 }
 /*
  * Whether this database's pg_tide catalog is the version the library was
