@@ -47,7 +47,7 @@ PG_FUNCTION_INFO_V1(tide_relay_config_check);
 /* The keys of every pipeline. */
 static const char *const common_keys[] = {
 	"sink_type", "outbox", "consumer_group", "attempt_log", "alerts", "types", "filter",
-	"rate_limit", "breaker", "allow_other_consumers", NULL
+	"rate_limit", "breaker", "allow_other_consumers", "overlap_batches", NULL
 };
 
 /* The keys of the ordering, for the sinks that take "ordering" (ordering.c). */
@@ -326,6 +326,8 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	attempt_log_config(config, sink, out);
 	alerts_config(config, out);
 	RelayConfigAddBool(out, "allow_other_consumers", RelayConfigBool(config, "allow_other_consumers", false));
+	/* whether a relaxed pipeline's batches overlap (worker.c's lease_ahead) */
+	RelayConfigAddBool(out, "overlap_batches", RelayConfigBool(config, "overlap_batches", sink->sends_on_own_threads));
 	if (sink_takes(sink, "retry"))
 		retry_config(config, out);
 	routing_config(jb, config, out);

@@ -227,6 +227,7 @@ read_pipeline(const char *name, const char *config_text, const char *md5,
 	p->batch_size = RelayConfigIntOr(config, "batch_size", 100);
 	p->lease_seconds = RELAY_LEASE_MARGIN_SECONDS;
 	p->strict = RelayConfigStringIs(config, "ordering", "strict");
+	p->overlap = RelayConfigIs(config, "overlap_batches", true);
 	if (RelayConfigStringIs(config, "ordering", "key"))
 		p->ordering_key = RelayConfigString(config, "ordering_key");
 	p->log_attempts = !RelayConfigIs(config, "attempt_log", false);

@@ -142,6 +142,7 @@ typedef struct RelayPipeline
 	int			batch_size;
 	int			lease_seconds;	/* outlasts the sink's longest delivery */
 	bool		strict;			/* ordering 'strict': hold at a failing message */
+	bool		overlap;		/* "overlap_batches": lease the next batch while one is in flight */
 	char	   *ordering_key;	/* ordering 'key': a header name or a JSON
 								 * pointer (ordering.c); NULL: another ordering */
 	int			retry_base_ms;	/* backoff after a failed delivery */

@@ -146,6 +146,11 @@ typedef struct RelaySinkRoutine
 	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
 											 * the destination keeps what was
 											 * delivered (a broker) */
+	bool		sends_on_own_threads;	/* its library sends and takes answers
+										 * on threads of its own (librdkafka,
+										 * nats.c), not in the worker's loop:
+										 * "overlap_batches" defaults to true
+										 * (worker.c's lease_ahead) */
 
 	/*
 	 * Reads the sink's keys of a user's config object; raises an ERROR

@@ -10,9 +10,13 @@
  * batch at once, so a destination that never answers holds only its own
  * pipeline's batch, for its own timeout_ms.
  *
- * A pipeline with ordering relaxed that works through a backlog of live
- * messages overlaps its batches, so that its destination never waits for
- * the worker's transactions (lease_ahead):
+ * A pipeline with ordering relaxed and "overlap_batches" that works
+ * through a backlog of live messages overlaps its batches, so that its
+ * destination never waits for the worker's transactions (lease_ahead).
+ * "overlap_batches" is the default of the sinks whose library sends on
+ * threads of its own (Kafka, NATS: RelaySinkRoutine.sends_on_own_threads);
+ * the others send from the worker's loop, which a lease or a record holds
+ * up anyway, and leasing ahead only added work there:
  *
  *	  lease k+1 while k is in flight -> k finishes: its outcomes are taken
  *	  out of the sink -> k+1 starts in the sink -> k is recorded while
@@ -958,7 +962,7 @@ lease_ahead(PipelineState *st)
 	TimestampTz wake;
 	int			n;
 
-	if (op->from_queue || p->strict || p->ordering_key != NULL ||
+	if (!p->overlap || op->from_queue || p->strict || p->ordering_key != NULL ||
 		op->n < p->batch_size || op->limit < p->batch_size ||
 		retiring || !st->listed || st->next_p != NULL || st->ahead != NULL ||
 		st->retry_check_at <= GetCurrentTimestamp())
@@ -1209,7 +1213,7 @@ step_pipeline(PipelineState *st)
 			start_operation(st, op, msgs, n, false, limit);
 			MemoryContextSwitchTo(loop_cxt);
 			/* a backlog: the next batch is leased while this one is out */
-			if (n == p->batch_size && !p->strict && p->ordering_key == NULL)
+			if (n == p->batch_size && p->overlap && !p->strict && p->ordering_key == NULL)
 			{
 				kick_operation(op);
 				lease_ahead(st);

@@ -614,6 +614,7 @@ kafka_close(void *state)
 static const RelaySinkRoutine kafka_routine = {
 	.name = "kafka",
 	.log_failures_by_default = true,
+	.sends_on_own_threads = true,
 	.config_keys = RelayKafkaConfigKeys,
 	.validate = RelayKafkaValidate,
 	.open = kafka_open,

@@ -952,6 +952,7 @@ nats_open(const cJSON *config, RelaySinkOpened *opened)
 static const RelaySinkRoutine nats_routine = {
 	.name = "nats",
 	.log_failures_by_default = true,
+	.sends_on_own_threads = true,
 	.config_keys = RelayNatsConfigKeys,
 	.validate = RelayNatsValidate,
 	.open = nats_open,

@@ -342,3 +342,10 @@ SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", 
 SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example"}') -> 'attempt_log';
 SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "attempt_log": "sometimes"}')$$);
 SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "attempt_log": 1}')$$);
+
+-- "overlap_batches": by default true for the sinks whose library sends on
+-- threads of its own (kafka, nats), false for the others; or as given
+SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example"}') -> 'overlap_batches';
+SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "kafka", "bootstrap_servers": "127.0.0.1:9092", "topic": "orders"}') -> 'overlap_batches';
+SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "overlap_batches": true}') -> 'overlap_batches';
+SELECT pg_temp.try($$SELECT tide._relay_normalize_config('rc_orders', 'g', '{"sink_type": "webhook", "url": "https://a.example", "overlap_batches": "yes"}')$$);
