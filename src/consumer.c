@@ -751,6 +751,27 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 }
 
 /*
+ * A poll of a C caller (TidePoll, TidePollAhead), its arguments checked:
+ * the relay passes what its validated config holds, so a bad one is a bug.
+ */
+static void
+c_poll_init(Poll *poll, const char *group, const char *consumer, int batch_size,
+			int visibility, TidePolledMessage each, void *each_arg)
+{
+	if (batch_size < 1 || batch_size > MAX_BATCH_SIZE ||
+		visibility < 1 || visibility > MAX_VISIBILITY_SECONDS)
+		elog(ERROR, "poll of consumer group \"%s\" out of range: batch size %d, visibility %d s",
+			 group, batch_size, visibility);
+	memset(poll, 0, sizeof(*poll));
+	poll->each = each;
+	poll->each_arg = each_arg;
+	poll->group = CStringGetTextDatum(group);
+	poll->consumer = CStringGetTextDatum(consumer);
+	poll->batch_size = batch_size;
+	poll->visibility = visibility;
+}
+
+/*
  * tide.poll_outbox() for C callers (the relay worker), with the same
  * checks, locks and steps, without a commit first: each leased message goes
  * to `each` as it is read (its datums valid only during the call), in id
@@ -764,17 +785,7 @@ TidePoll(const char *group, const char *consumer, int batch_size, int visibility
 {
 	Poll		poll;
 
-	if (batch_size < 1 || batch_size > MAX_BATCH_SIZE ||
-		visibility < 1 || visibility > MAX_VISIBILITY_SECONDS)
-		elog(ERROR, "poll of consumer group \"%s\" out of range: batch size %d, visibility %d s",
-			 group, batch_size, visibility);
-	memset(&poll, 0, sizeof(poll));
-	poll.each = each;
-	poll.each_arg = each_arg;
-	poll.group = CStringGetTextDatum(group);
-	poll.consumer = CStringGetTextDatum(consumer);
-	poll.batch_size = batch_size;
-	poll.visibility = visibility;
+	c_poll_init(&poll, group, consumer, batch_size, visibility, each, each_arg);
 	run_poll(&poll, group, false, 0);
 	return poll.count;
 }
@@ -796,17 +807,7 @@ TidePollAhead(const char *group, const char *consumer, int64 after, int batch_si
 	Caller		caller;
 	char	   *checked;
 
-	if (batch_size < 1 || batch_size > MAX_BATCH_SIZE ||
-		visibility < 1 || visibility > MAX_VISIBILITY_SECONDS)
-		elog(ERROR, "poll of consumer group \"%s\" out of range: batch size %d, visibility %d s",
-			 group, batch_size, visibility);
-	memset(&poll, 0, sizeof(poll));
-	poll.each = each;
-	poll.each_arg = each_arg;
-	poll.group = CStringGetTextDatum(group);
-	poll.consumer = CStringGetTextDatum(consumer);
-	poll.batch_size = batch_size;
-	poll.visibility = visibility;
+	c_poll_init(&poll, group, consumer, batch_size, visibility, each, each_arg);
 
 	checked = consume_begin(group, &caller);
 	if (checked == NULL)
