@@ -145,6 +145,22 @@ copy_polled(void *arg, int64 id, Datum payload, Datum headers, TimestampTz creat
 }
 
 /*
+ * Readies lc for a lease of up to `limit` messages of pipeline p, copied
+ * into cxt, in a transaction whose commit does not wait for its WAL to
+ * reach disk (see the top of this file).
+ */
+static void
+start_lease_copy(LeaseCopy *lc, const RelayPipeline *p, MemoryContext cxt, int limit)
+{
+	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	memset(lc, 0, sizeof(*lc));
+	lc->p = p;
+	lc->cxt = cxt;
+	lc->out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(limit, 1));
+}
+
+/*
  * Leases the pipeline's next batch; returns how many messages it holds, in
  * id order, copied into cxt as *msgs.
  */
@@ -170,13 +186,7 @@ RelayLeaseBatch(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessa
 		*msgs = NULL;
 		return 0;
 	}
-	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-
-	memset(&lc, 0, sizeof(lc));
-	lc.p = p;
-	lc.cxt = cxt;
-	lc.out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(limit, 1));
+	start_lease_copy(&lc, p, cxt, limit);
 	RelayOrderingKeyArgs(p, &lc.key_header, &lc.key_header_null, &lc.key_path, &lc.key_path_null);
 	(void) TidePoll(p->consumer_group, p->consumer, limit, p->lease_seconds, copy_polled, &lc);
 
@@ -212,12 +222,7 @@ RelayLeaseAhead(const RelayPipeline *p, int64 after, int limit, MemoryContext cx
 		*msgs = NULL;
 		return 0;
 	}
-	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	memset(&lc, 0, sizeof(lc));
-	lc.p = p;
-	lc.cxt = cxt;
-	lc.out = MemoryContextAllocZero(cxt, sizeof(RelayMessage) * Max(limit, 1));
+	start_lease_copy(&lc, p, cxt, limit);
 	lc.key_header_null = lc.key_path_null = true;
 	(void) TidePollAhead(p->consumer_group, p->consumer, after, limit, p->lease_seconds,
 						 copy_polled, &lc);

@@ -380,16 +380,15 @@ take_messages(Poll *poll, int64 after, int64 upto, int64 *first, int64 *last)
 	return count;
 }
 
-/* Step 1: the consumer's own lease again. Returns whether it held one. */
+/*
+ * Reads and locks the poll's consumer's own lease: false when it holds
+ * none, else its range in *start and *end.
+ */
 static bool
-poll_own_lease(Poll *poll)
+read_own_lease(const Poll *poll, int64 *start, int64 *end)
 {
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		args[2] = {poll->group, poll->consumer};
-	int64		start;
-	int64		end;
-	int64		first;
-	int64		last;
 	bool		isnull;
 
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
@@ -401,8 +400,22 @@ poll_own_lease(Poll *poll)
 		elog(ERROR, "could not read a consumer lease");
 	if (SPI_processed == 0)
 		return false;
-	start = TideSpiInt64(1, &isnull);
-	end = TideSpiInt64(2, &isnull);
+	*start = TideSpiInt64(1, &isnull);
+	*end = TideSpiInt64(2, &isnull);
+	return true;
+}
+
+/* Step 1: the consumer's own lease again. Returns whether it held one. */
+static bool
+poll_own_lease(Poll *poll)
+{
+	int64		start;
+	int64		end;
+	int64		first;
+	int64		last;
+
+	if (!read_own_lease(poll, &start, &end))
+		return false;
 
 	if (take_messages(poll, start - 1, end, &first, &last) == 0)
 	{
@@ -536,28 +549,16 @@ others_lease_expired(Datum group, Datum consumer)
 static void
 poll_ahead_of(Poll *poll, const char *group, int64 after)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
 	Oid			advance_types[2] = {TEXTOID, INT8OID};
-	Datum		args[2] = {poll->group, poll->consumer};
 	Datum		advance_args[2];
 	int64		start;
 	int64		end;
 	int64		first;
 	int64		last;
 	int64		horizon;
-	bool		isnull;
 
-	if (SPI_execute_plan(TidePlan(&own_lease_plan,
-								  "SELECT lease_start, lease_end FROM tide.tide_consumer_leases"
-								  " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2"
-								  " FOR UPDATE",
-								  2, types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read a consumer lease");
-	if (SPI_processed == 0)
+	if (!read_own_lease(poll, &start, &end))
 		return;
-	start = TideSpiInt64(1, &isnull);
-	end = TideSpiInt64(2, &isnull);
 	/* the batch in hand must lie in the lease, or the lease is not that batch's */
 	if (after < start || after > end)
 		return;
