@@ -380,6 +380,20 @@ take_messages(Poll *poll, int64 after, int64 upto, int64 *first, int64 *last)
 	return count;
 }
 
+/* Moves the group's dispatch cursor (leased_upto) to `last`, which the poll leased. */
+static void
+advance_cursor(Poll *poll, int64 last)
+{
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		args[2] = {poll->group, Int64GetDatum(last)};
+
+	run_write(TidePlan(&advance_plan,
+					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2"
+					   " WHERE group_name OPERATOR(pg_catalog.=) $1",
+					   2, types),
+			  args);
+}
+
 /*
  * Reads and locks the poll's consumer's own lease: false when it holds
  * none, else its range in *start and *end.
@@ -496,11 +510,9 @@ poll_expired_lease(Poll *poll)
 static void
 poll_new_messages(Poll *poll, const char *group)
 {
-	Oid			types[2] = {TEXTOID, INT8OID};
 	int64		horizon;
 	int64		first;
 	int64		last;
-	Datum		args[2];
 
 	poll->group_state = read_group(group, true);
 	horizon = TrackerSafeHorizon();
@@ -509,13 +521,7 @@ poll_new_messages(Poll *poll, const char *group)
 	if (take_messages(poll, poll->group_state.leased_upto, horizon, &first, &last) == 0)
 		return;
 	set_lease(poll->group, poll->consumer, first, last, poll->visibility);
-	args[0] = poll->group;
-	args[1] = Int64GetDatum(last);
-	run_write(TidePlan(&advance_plan,
-					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2"
-					   " WHERE group_name OPERATOR(pg_catalog.=) $1",
-					   2, types),
-			  args);
+	advance_cursor(poll, last);
 }
 
 /*
@@ -549,8 +555,6 @@ others_lease_expired(Datum group, Datum consumer)
 static void
 poll_ahead_of(Poll *poll, const char *group, int64 after)
 {
-	Oid			advance_types[2] = {TEXTOID, INT8OID};
-	Datum		advance_args[2];
 	int64		start;
 	int64		end;
 	int64		first;
@@ -578,13 +582,7 @@ poll_ahead_of(Poll *poll, const char *group, int64 after)
 	if (take_messages(poll, end, horizon, &first, &last) == 0)
 		return;
 	set_lease(poll->group, poll->consumer, start, last, poll->visibility);
-	advance_args[0] = poll->group;
-	advance_args[1] = Int64GetDatum(last);
-	run_write(TidePlan(&advance_plan,
-					   "UPDATE tide.tide_consumer_groups SET leased_upto = $2"
-					   " WHERE group_name OPERATOR(pg_catalog.=) $1",
-					   2, advance_types),
-			  advance_args);
+	advance_cursor(poll, last);
 }
 
 /* The consumer id argument at `argno`, validated. */
