@@ -141,16 +141,7 @@ SELECT extract(epoch FROM clock_timestamp());
 COMMIT;
 SQL
 )
-	local deadline=$((SECONDS + 300))
-	until [ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; do
-		if [ $SECONDS -gt $deadline ]; then
-			echo "$BENCH_NAME: $name not delivered within 300 s" >&2
-			tide_show_server_log
-			exit 1
-		fi
-		sleep 0.05
-	done
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	if [ "$(psql_db -A -t -c "SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = '$name'")" != 0 ]; then
 		echo "$BENCH_NAME: $name dead-lettered messages" >&2
 		exit 1

@@ -142,12 +142,7 @@ SELECT extract(epoch FROM clock_timestamp());
 COMMIT;
 SQL
 )
-	deadline=$((SECONDS + 300))
-	until [ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; do
-		[ $SECONDS -gt $deadline ] && { echo "broker_mqtt.sh: $name not delivered within 300 s" >&2; tide_show_server_log; exit 1; }
-		sleep 0.05
-	done
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	failed=$(psql_db -A -t -c "SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = '$name' AND status = 'failed'")
 	[ "$failed" = 0 ] || { echo "broker_mqtt.sh: $name: $failed failed attempts" >&2; exit 1; }
 	pipeline=$(awk "BEGIN { printf \"%.1f\", $N / ($end - $start) }")

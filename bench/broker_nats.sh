@@ -137,11 +137,7 @@ SELECT extract(epoch FROM clock_timestamp());
 COMMIT;
 SQL
 )
-	for _ in $(seq 1 6000); do
-		[ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ] && break
-		sleep 0.05
-	done
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	[ "$(psql_db -A -t -c "SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = '$name'")" = 0 ] ||
 		{ echo "broker_nats.sh: $name dead-lettered messages" >&2; exit 1; }
 	psql_db -c "SELECT tide.relay_delete('$name')" -c "SELECT tide.outbox_drop('$name')" >/dev/null

@@ -153,12 +153,7 @@ SQL
 	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = '$name'")
 	start=$(psql_db -A -t -c "BEGIN" -c "SELECT tide.relay_enable('$name')" \
 		-c "SELECT extract(epoch FROM clock_timestamp())" -c "COMMIT" | tail -n 1)
-	for _ in $(seq 1 6000); do
-		[ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ] && break
-		sleep 0.05
-	done
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name' AND last_change_id >= $last")
-	[ -n "$end" ] || { echo "broker_rabbitmq.sh: $name not delivered within 300 s" >&2; tide_show_server_log; exit 1; }
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	rate=$(awk "BEGIN { printf \"%.0f\", $N / ($end - $start) }")
 	[ "$(psql_db -A -t -c "SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = '$name'")" = 0 ] ||
 		{ echo "broker_rabbitmq.sh: $name dead-lettered messages" >&2; exit 1; }

@@ -130,12 +130,7 @@ SELECT extract(epoch FROM clock_timestamp());
 COMMIT;
 SQL
 )
-	local deadline=$((SECONDS + 300))
-	until [ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; do
-		[ $SECONDS -gt $deadline ] && { echo "$BENCH_NAME: $name not delivered in 300 s" >&2; tide_show_server_log; exit 1; }
-		sleep 0.05
-	done
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	local got
 	got=$(redis-cli -p "$REDIS_PORT" XLEN bench)
 	[ "$got" -ge "$N" ] || { echo "$BENCH_NAME: $name: $got of $N in the stream" >&2; exit 1; }

@@ -49,6 +49,34 @@ trap bench_cleanup EXIT
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
+# bench_wait_recorded <pipeline> <last id> [seconds]: waits until the
+# pipeline's offset has reached <last id> and prints the epoch of that
+# record (relay_consumer_offsets.updated_at, the end of a throughput run);
+# exits the bench when it has not within the seconds (default 300). One
+# session waits, sleeping in the server between looks: a new psql every
+# 50 ms would start 20 backends a second, CPU taken from the relay being
+# measured that the baselines beside it (which poll nothing) never lose.
+bench_wait_recorded() {
+	local name=$1 last=$2 secs=${3:-300}
+	psql_db -A -t <<SQL || { echo "$BENCH_NAME: $name not recorded up to $last within $secs s" >&2; tide_show_server_log; exit 1; }
+DO \$wait\$
+DECLARE
+	deadline timestamptz := clock_timestamp() + make_interval(secs => $secs);
+BEGIN
+	WHILE NOT EXISTS (SELECT FROM tide.relay_consumer_offsets
+					   WHERE pipeline_id = '$name' AND last_change_id >= $last) LOOP
+		IF clock_timestamp() > deadline THEN
+			RAISE EXCEPTION 'not recorded';
+		END IF;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END
+\$wait\$;
+SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets
+ WHERE pipeline_id = '$name' AND last_change_id >= $last;
+SQL
+}
+
 # bench_need_packages <packages...>: installs Debian packages when missing.
 bench_need_packages() {
 	local p missing=()

@@ -265,7 +265,7 @@ machine_cpu() {
 # "case round n seconds msg/s worker_cores receiver_cores machine_cores".
 throughput() {
 	local case=$1 mode=$2 n=$3 config=$4 round=$5 name last per_req start end secs wpid
-	local w0 r0 m0 w1 r1 m1 t0 t1 deadline q0 q1 rss_sampler
+	local w0 r0 m0 w1 r1 m1 t0 t1 q0 q1 rss_sampler
 	name=${case}_$round
 	drop_pipeline "$name"
 	prepare_pipeline "$name" "$config" "$n" $([ "$case" = single_key ] && echo keyed) >/dev/null
@@ -289,26 +289,16 @@ COMMIT;
 SQL
 )
 	start=$(echo "$start" | tail -n 1)
-	deadline=$((SECONDS + 300))
-	# Cheap polling first (the receiver's request count), then the offset.
-	while :; do
-		if [ "$(stats "$PORT" | jq .requests)" -ge $((n / per_req)) ] &&
-			[ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; then
-			break
-		fi
-		if [ $SECONDS -gt $deadline ]; then
-			echo "relay.sh: $name: not delivered within 300 s: $(stats "$PORT")" >&2
-			tide_show_server_log
-			exit 1
-		fi
-		sleep 0.05
-	done
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	read -r w1 q1 < <(proc_sched "$wpid"); r1=$(proc_cpu "$RECEIVER_PID"); m1=$(machine_cpu); t1=$(date +%s.%N)
 	kill "$rss_sampler" 2>/dev/null || true
 	wait "$rss_sampler" 2>/dev/null || true
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
 	local st
 	st=$(stats "$PORT")
+	if [ "$(echo "$st" | jq .requests)" -lt $((n / per_req)) ]; then
+		echo "relay.sh: $name: recorded, but the receiver counted fewer than $((n / per_req)) requests: $st" >&2
+		exit 1
+	fi
 	if [ "$case" = single_signed ] && [ "$(echo "$st" | jq .sig_ok)" -lt "$n" ]; then
 		echo "relay.sh: $name: signatures did not verify: $st" >&2
 		exit 1
