@@ -40,6 +40,8 @@
 #              and max_in_flight (default 16); wrk uses MAX_IN_FLIGHT
 #              connections, and also 32
 #   BATCH_SIZE mode batch's batch_size (default 1000)
+#   EXTRA_CONFIG  more keys for every pipeline's config, for example
+#              '"overlap_batches": true' (default none)
 #   WORKERS_PIPELINES, WORKERS_N, WORKERS_N_SLOW  the runs with several
 #              workers per database: pipelines (default 8) and messages
 #              per pipeline, to a receiver answering at once (default
@@ -202,8 +204,8 @@ pipeline_config() {
 	local sig=""
 	[ "${5:-}" = signed ] && sig=", \"signing_secret\": \"$SECRET\""
 	[ "${5:-}" = key ] && sig=', "ordering": "key", "ordering_key": "/agg"'
-	printf '{"sink_type": "webhook", "url": "http://127.0.0.1:%s/hook", "allow_http": true, "allow_private_network": true, "mode": "%s", "batch_size": %s, "max_in_flight": %s%s}' \
-		"$4" "$1" "$2" "$3" "$sig"
+	printf '{"sink_type": "webhook", "url": "http://127.0.0.1:%s/hook", "allow_http": true, "allow_private_network": true, "mode": "%s", "batch_size": %s, "max_in_flight": %s%s%s}' \
+		"$4" "$1" "$2" "$3" "$sig" "${EXTRA_CONFIG:+, $EXTRA_CONFIG}"
 }
 
 # Creates outbox and pipeline <name> (disabled) and publishes <n> messages
