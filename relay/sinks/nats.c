@@ -138,13 +138,21 @@ typedef struct NatsBatch
 	char		failed[256];
 } NatsBatch;
 
-/* The library's threads: copy, queue, signal; nothing else. */
+/*
+ * The library's threads: copy, queue, signal; nothing else. Only the first
+ * answer into an empty queue signals: the worker drains the notifier
+ * before it takes the answers, and takes them all, so one signal covers
+ * every answer queued until then (a write per answer cost a system call
+ * and a wake-up of the worker per message).
+ */
 static void
 queue_answer(NatsShared *sh, const NatsAnswer *a)
 {
 	pthread_mutex_lock(&sh->lock);
 	if (!sh->closed)
 	{
+		bool		was_empty = (sh->nanswers == 0);
+
 		if (sh->nanswers == sh->room)
 		{
 			int			room = sh->room ? sh->room * 2 : 256;
@@ -159,7 +167,8 @@ queue_answer(NatsShared *sh, const NatsAnswer *a)
 		}
 		if (sh->nanswers < sh->room)
 			sh->answers[sh->nanswers++] = *a;
-		RelayNotifierSignal(&sh->notifier);
+		if (was_empty)
+			RelayNotifierSignal(&sh->notifier);
 	}
 	pthread_mutex_unlock(&sh->lock);
 }
