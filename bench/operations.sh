@@ -234,7 +234,7 @@ SQL
 # the last message, and appends "mode round variant n seconds msg/s
 # worker_us_per_msg attempts_rows attempts_bytes".
 throughput() {
-	local mode=$1 round=$2 v=$3 n=$4 ob=${1}_$2 name last per_req start end secs wpid w0 w1 deadline st
+	local mode=$1 round=$2 v=$3 n=$4 ob=${1}_$2 name last per_req start end secs wpid w0 w1 st
 	local arows abytes filtered t0 others
 	name=${ob}_$v
 	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = '$ob'")
@@ -254,25 +254,12 @@ COMMIT;
 SQL
 )
 	start=$(echo "$start" | tail -n 1)
-	deadline=$((SECONDS + 300))
-	while :; do
-		if [ "$(stats | jq .requests)" -ge $((n / per_req)) ] &&
-			[ "$(psql_db -A -t -c "SELECT coalesce(max(last_change_id), 0) >= $last FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")" = t ]; then
-			break
-		fi
-		if [ $SECONDS -gt $deadline ]; then
-			echo "operations.sh: $name: not delivered within 300 s: $(stats)" >&2
-			tide_show_server_log
-			exit 1
-		fi
-		sleep 0.05
-	done
+	end=$(bench_wait_recorded "$name" "$last") || exit 1
 	w1=$(proc_cpu "$wpid")
 	cpu_seconds >"$TIDE_CLUSTER/cpu.after"
 	# Cores used by other processes on average over the run.
 	others=$(paste "$TIDE_CLUSTER/cpu.before" "$TIDE_CLUSTER/cpu.after" |
 		awk -v d="$(awk "BEGIN { print $(date +%s.%N) - $t0 }")" '{ t += ($2 - $1) * (NR == 1 ? 1 : -1) } END { print t / d }')
-	end=$(psql_db -A -t -c "SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets WHERE pipeline_id = '$name'")
 	st=$(stats)
 	if [ "$(echo "$st" | jq '.requests - (.status["200"] // 0)')" -ne 0 ] ||
 		[ "$(echo "$st" | jq .requests)" -ne $((n / per_req)) ]; then
