@@ -24,11 +24,14 @@
  *	  what happened (no palloc, no ERROR: they run inside libmosquitto).
  *	  A plain TCP connection is made without blocking
  *	  (mosquitto_connect_async), to the address of a host name looked up
- *	  on a thread first (RelayLookupStart); a TLS one blocks the worker,
- *	  its name's lookup included, until its handshake is done or fails
- *	  (mosquitto_connect): moving the handshake on from the loop worked
+ *	  on a thread first (RelayLookupStart). A TLS one is made by
+ *	  mosquitto_connect on a thread of its own (the connector, below): it
+ *	  looks the name up (the broker's certificate is checked against the
+ *	  name) and makes the TCP connection blocking, then hands the client
+ *	  to the loop, where what is left of the handshake goes on as the
+ *	  client's other I/O does. (mosquitto_connect_async for TLS worked
  *	  with libmosquitto 2.0.11 and failed every TLS delivery with 2.0.21
- *	  and 2.1 (Debian 13 and sid).
+ *	  and 2.1, Debian 13 and sid.)
  * 4. A session is never resumed (clean start): a message not acknowledged
  *	  when the connection is lost, or by the batch's timeout_ms, is a
  *	  failed attempt and is leased again (at least once: the broker may
@@ -50,7 +53,10 @@
 #include "postgres.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <mosquitto.h>
 /* mosquitto.h includes the protocol's constants from 2.1 on, which warns of the old header */
@@ -135,6 +141,7 @@ typedef struct MqttPipeline
 	RelayLookup *lookup;		/* the host name's lookup, while it runs */
 	bool		have_address;	/* address is the host's, for the next connect */
 	char		address[64];
+	struct MqttConnector *connector;	/* a TLS client's connect, while it runs */
 } MqttPipeline;
 
 /* The open pipelines of this worker, whose clients the timer keeps alive. */
@@ -418,6 +425,201 @@ batch_unconnected(MqttBatch *mb, const char *error)
 	mb->batch->ready = true;
 }
 
+/*
+ * A TLS client's connect, on a thread of its own: mosquitto_connect looks
+ * the host name up and makes the TCP connection blocking, which in the
+ * loop would hold every pipeline of the worker while a name server is
+ * slow or a broker drops connections unanswered (the kernel gives such a
+ * connect up after about two minutes). What is left of the TLS handshake
+ * then goes on in the loop, as the client's other I/O does.
+ *
+ * The connector is shared by the loop and the thread, each holding a
+ * reference. The client is the thread's until it finished; then the loop
+ * takes it (connect_signalled). The loop may give a connector up while
+ * the thread still waits (its pipeline closed): one atomic state decides
+ * which of the two destroys the client. The thread calls no PostgreSQL
+ * function and allocates with malloc only.
+ */
+typedef enum MqttConnectState
+{
+	MQTT_CONNECT_RUNNING = 0,
+	MQTT_CONNECT_FINISHED,		/* the thread returned: the client is the loop's */
+	MQTT_CONNECT_ABANDONED		/* the loop gave it up: the thread destroys it */
+} MqttConnectState;
+
+typedef struct MqttConnector
+{
+	int			refs;			/* the loop's and the thread's (atomic) */
+	int			state;			/* MqttConnectState (atomic) */
+	int			fd;				/* the eventfd the thread signals */
+	RelayWatch *watch;			/* the loop's watch of fd, or NULL */
+	MqttPipeline *p;			/* the loop's: whose client this is */
+	struct mosquitto *mosq;
+	char		host[256];
+	int			port;
+	int			rc;				/* mosquitto_connect's result */
+	int			err;			/* errno after it */
+} MqttConnector;
+
+/*
+ * Until a TLS connect has succeeded in this process, connects take turns:
+ * libmosquitto sets OpenSSL up for its clients in the first one, through
+ * globals that two threads doing it at once would both write.
+ */
+static pthread_mutex_t first_tls_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool tls_set_up = false;
+
+/* Drops one reference; the last one frees the connector. */
+static void
+connector_release(MqttConnector *c)
+{
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	{
+		close(c->fd);
+		free(c);
+	}
+}
+
+/* The connector's thread. */
+static void *
+connect_main(void *arg)
+{
+	MqttConnector *c = arg;
+	int			expected = MQTT_CONNECT_RUNNING;
+	uint64		one = 1;
+	bool		first = !__atomic_load_n(&tls_set_up, __ATOMIC_ACQUIRE);
+
+	if (first)
+		pthread_mutex_lock(&first_tls_lock);
+	c->rc = mosquitto_connect(c->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
+	c->err = errno;
+	if (first)
+	{
+		if (c->rc == MOSQ_ERR_SUCCESS)
+			__atomic_store_n(&tls_set_up, true, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&first_tls_lock);
+	}
+	if (__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_FINISHED, false,
+									__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+	{
+		/* EAGAIN only when the counter is already set: the loop wakes anyway */
+		if (write(c->fd, &one, sizeof(one)) < 0)
+			one = 0;
+	}
+	else
+		mosquitto_destroy(c->mosq);
+	connector_release(c);
+	return NULL;
+}
+
+/* events.c: the connector's thread returned; the loop takes its client. */
+static void
+connect_signalled(int fd, uint32 events, void *arg)
+{
+	MqttConnector *c = arg;
+	MqttPipeline *p = c->p;
+	uint64		count;
+
+	if (read(fd, &count, sizeof(count)) < 0)
+		count = 0;
+	if (c->watch == NULL || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MQTT_CONNECT_FINISHED)
+		return;
+	RelayEventsUnwatch(c->watch);
+	c->watch = NULL;
+	p->connector = NULL;
+	p->mosq = c->mosq;
+	p->drop = false;
+	if (c->rc != MOSQ_ERR_SUCCESS)
+	{
+		char		what[128];
+		char		error[256];
+
+		errno = c->err;
+		snprintf(what, sizeof(what), "connection: could not connect to %.60s:%d", c->host, c->port);
+		mosquitto_error(error, sizeof(error), what, c->rc);
+		client_drop(p, false);
+		if (p->mb != NULL)
+			batch_unconnected(p->mb, error);
+	}
+	else
+	{
+		/* waiting for CONNACK, whether or not a batch waits meanwhile */
+		p->link = MQTT_LINK_CONNECTING;
+		after_io(p);
+		RelayTimerSet(&misc_timer, MQTT_MISC_MS);
+		if (p->mb != NULL)
+			p->mb->batch->ready = true;
+	}
+	connector_release(c);
+}
+
+/*
+ * Hands a TLS client, its settings made, to a connector; false with error
+ * when none can start (the client is then the caller's to destroy).
+ */
+static bool
+connector_start(MqttPipeline *p, struct mosquitto *mosq, char *error, size_t errsize)
+{
+	MqttConnector *c = calloc(1, sizeof(MqttConnector));
+	int			rc;
+
+	if (c == NULL)
+	{
+		snprintf(error, errsize, "connection: out of memory");
+		return false;
+	}
+	if (strlen(p->cfg.host) >= sizeof(c->host))
+	{
+		snprintf(error, errsize, "connection: the host name is longer than %zu bytes", sizeof(c->host) - 1);
+		free(c);
+		return false;
+	}
+	strlcpy(c->host, p->cfg.host, sizeof(c->host));
+	c->port = p->cfg.port;
+	c->mosq = mosq;
+	c->p = p;
+	c->refs = 2;
+	c->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->fd < 0 ||
+		(c->watch = RelayEventsWatch(NULL, c->fd, EPOLLIN, connect_signalled, c)) == NULL)
+	{
+		snprintf(error, errsize, "connection: cannot wait for a connect: %s", strerror(errno));
+		if (c->fd >= 0)
+			close(c->fd);
+		free(c);
+		return false;
+	}
+	if ((rc = RelayBrokerStartThread(connect_main, c)) != 0)
+	{
+		snprintf(error, errsize, "connection: cannot start a thread to connect: %s", strerror(rc));
+		RelayEventsUnwatch(c->watch);
+		close(c->fd);
+		free(c);
+		return false;
+	}
+	p->connector = c;
+	return true;
+}
+
+/* Gives a pipeline's running connector up (its pipeline closes). */
+static void
+connector_abandon(MqttPipeline *p)
+{
+	MqttConnector *c = p->connector;
+	int			expected = MQTT_CONNECT_RUNNING;
+
+	if (c == NULL)
+		return;
+	p->connector = NULL;
+	RelayEventsUnwatch(c->watch);
+	c->watch = NULL;
+	/* finished but not taken yet: the client is the loop's to destroy */
+	if (!__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_ABANDONED, false,
+									 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		mosquitto_destroy(c->mosq);
+	connector_release(c);
+}
+
 static bool client_connect(MqttPipeline *p, char *error, size_t errsize);
 
 /*
@@ -451,12 +653,12 @@ lookup_done(void *arg)
 }
 
 /*
- * A new client for the pipeline, connecting (plain TCP without blocking;
- * TLS's handshake blocks, see the top of the file); false with error when
- * it cannot be. Over plain TCP a host name is looked up on a thread first
- * (broker.h's RelayLookupStart), and the client made once it has the
- * address (lookup_done); over TLS the name is the one the broker's
- * certificate is checked against, so libmosquitto is given it.
+ * A new client for the pipeline, connecting without blocking the loop;
+ * false with error when it cannot be. Over plain TCP a host name is looked
+ * up on a thread first (broker.h's RelayLookupStart), and the client made
+ * once it has the address (lookup_done); over TLS the name is the one the
+ * broker's certificate is checked against, so libmosquitto is given it,
+ * on the connector's thread (connector_start).
  */
 static bool
 client_connect(MqttPipeline *p, char *error, size_t errsize)
@@ -521,9 +723,18 @@ client_connect(MqttPipeline *p, char *error, size_t errsize)
 	p->link = MQTT_LINK_CONNECTING;
 	p->drop = false;
 	if (c->tls)
-		rc = mosquitto_connect(p->mosq, c->host, c->port, MQTT_KEEPALIVE_S);
-	else
-		rc = mosquitto_connect_async(p->mosq, host, c->port, MQTT_KEEPALIVE_S);
+	{
+		struct mosquitto *mosq = p->mosq;
+
+		/* the client is the connector's until its thread returns */
+		p->mosq = NULL;
+		if (connector_start(p, mosq, error, errsize))
+			return true;
+		mosquitto_destroy(mosq);
+		p->link = MQTT_LINK_DOWN;
+		return false;
+	}
+	rc = mosquitto_connect_async(p->mosq, host, c->port, MQTT_KEEPALIVE_S);
 	if (rc != MOSQ_ERR_SUCCESS)
 	{
 		char		what[128];
@@ -649,8 +860,9 @@ mqtt_start(void *state, RelaySinkBatch *batch)
 	p->mb = mb;
 	if (p->drop)
 		client_drop(p, false);
-	/* (a lookup still running from an earlier batch serves this one) */
-	if (p->mosq == NULL && p->lookup == NULL && !client_connect(p, error, sizeof(error)))
+	/* (a lookup or connect still running from an earlier batch serves this one) */
+	if (p->mosq == NULL && p->lookup == NULL && p->connector == NULL &&
+		!client_connect(p, error, sizeof(error)))
 		batch_unconnected(mb, error);
 	mb->connected = p->link == MQTT_LINK_UP;
 }
@@ -670,7 +882,7 @@ mqtt_progress(void *state, RelaySinkBatch *batch)
 		after_io(p);
 	}
 	if (RelaySendWindowFinished(&mb->window) && p->link != MQTT_LINK_CONNECTING &&
-		(p->lookup == NULL || mb->link_failed))
+		((p->lookup == NULL && p->connector == NULL) || mb->link_failed))
 		return true;
 	if (GetCurrentTimestamp() < mb->window.deadline)
 	{
@@ -690,6 +902,8 @@ mqtt_progress(void *state, RelaySinkBatch *batch)
 		strlcpy(mb->link_class, RELAY_CLASS_TIMEOUT, sizeof(mb->link_class));
 		strlcpy(mb->link_error, p->lookup != NULL ?
 				"timeout: the broker's host name was not looked up within the batch's timeout_ms" :
+				p->connector != NULL ?
+				"timeout: the connection to the broker (its host name's lookup and TCP connect) was not made within the batch's timeout_ms" :
 				"timeout: the broker did not accept the connection (CONNACK) within the batch's timeout_ms",
 				sizeof(mb->link_error));
 	}
@@ -741,6 +955,7 @@ mqtt_close(void *state)
 	client_drop(p, true);
 	RelayLookupEnd(p->lookup);
 	p->lookup = NULL;
+	connector_abandon(p);
 	dlist_delete(&p->node);
 }
 

@@ -9,7 +9,8 @@
 # retried, and delivered once it answers again; kill -9 of the postmaster
 # in the middle of a backlog loses nothing, with duplicates only from the
 # batches in flight; a broker address that never answers holds its
-# pipeline (class timeout) and not a file pipeline beside it in the worker.
+# pipeline (class timeout) and not a file pipeline beside it in the worker,
+# over plain TCP and over TLS (whose connect runs on a thread).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -215,6 +216,24 @@ ok(defined $timed_out, 'a broker that does not acknowledge: attempts fail with c
 ok($mq->wait_for_ids($sub3, \@ids, 0, 60), 'once it answers, every message arrives');
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'stall: nothing dead-lettered');
 
+# Publishes $count messages to $outbox one at a time, each awaited (10 s
+# at most) in the file its pipeline writes; returns how many arrived and
+# the slowest one's seconds.
+sub deliver_one_by_one
+{
+	my ($outbox, $file, $count) = @_;
+	my ($arrived, $took) = (0, 0);
+	for my $n (1 .. $count)
+	{
+		my $t0 = time();
+		sql("SELECT tide.outbox_publish('$outbox', jsonb_build_object('n', $n))");
+		last unless defined wait_until(sub { lines($file) >= $n }, 10, 20_000);
+		$took = time() - $t0 if time() - $t0 > $took;
+		$arrived = $n;
+	}
+	return ($arrived, $took);
+}
+
 # --- A broker address that never answers (unanswered_port: the
 # kernel drops the relay's SYNs, as a network that loses them): the MQTT
 # pipeline waits without blocking the worker, so a file pipeline beside it,
@@ -230,16 +249,7 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'st
 	sql("SELECT tide.relay_set_outbox('bf', 'beside', 'bf', jsonb_build_object('sink_type', 'file', 'path', '$file'))");
 	# the MQTT pipeline's first connection is made before the file's messages come
 	usleep(500_000);
-	my $took = 0;
-	my $arrived = 0;
-	for my $n (1 .. 20)
-	{
-		my $t0 = time();
-		sql("SELECT tide.outbox_publish('beside', jsonb_build_object('n', $n))");
-		last unless defined wait_until(sub { lines($file) >= $n }, 10, 20_000);
-		$took = time() - $t0 if time() - $t0 > $took;
-		$arrived = $n;
-	}
+	my ($arrived, $took) = deliver_one_by_one('beside', $file, 20);
 	is($arrived, 20, 'beside a broker that never answers, the file pipeline delivers each of 20 messages');
 	note(sprintf('slowest of the file pipeline\'s messages: %.2f s', $took));
 	ok(defined wait_until(sub {
@@ -250,6 +260,48 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'tq'"), '0', 'st
 	sql("SELECT tide.relay_delete('sq')");
 	sql("SELECT tide.relay_delete('bf')");
 	$close_silent->();
+}
+
+# --- The same over TLS: libmosquitto's connect looks the name up and makes
+# the TCP connection blocking, so it runs on a thread of the pipeline's own
+# (the connector); the file pipeline beside it delivers meanwhile. Its
+# pipeline deleted while the connect still waits, the worker gives the
+# connector up; once the address refuses, the thread returns and destroys
+# the client itself, and the worker goes on.
+{
+	my ($silent_port, $close_silent) = unanswered_port();
+	my $file = "$dir/beside_tls.jsonl";
+	my $pid = sql("SELECT pid FROM tide.relay_workers() WHERE database = 'postgres'");
+	my $threads = sub { my @t = glob("/proc/$pid/task/*"); return scalar @t };
+	my $threads_before = $threads->();
+	sql("SELECT tide.outbox_create('silent_tls')");
+	sql("SELECT tide.outbox_create('beside_tls')");
+	set_pipeline('sqt', 'silent_tls', port => $silent_port, timeout_ms => 3000, tls => JSON::PP::true);
+	publish('silent_tls', 3);
+	sql("SELECT tide.relay_set_outbox('bft', 'beside_tls', 'bft', jsonb_build_object('sink_type', 'file', 'path', '$file'))");
+	ok(defined wait_until(sub { $threads->() > $threads_before }, 10),
+		'TLS: the connect waits on a thread of its own');
+	my ($arrived, $took) = deliver_one_by_one('beside_tls', $file, 10);
+	# (a connect in the loop would hold them for minutes: the kernel tries for about two)
+	is($arrived, 10, 'TLS: beside a broker that never answers, the file pipeline delivers each of 10 messages within 10 s');
+	note(sprintf('TLS: slowest of the file pipeline\'s messages: %.2f s', $took));
+	ok(defined wait_until(sub {
+		sql("SELECT health || ' ' || coalesce(last_error_class, '') FROM tide.relay_pipeline_status WHERE pipeline = 'sqt'") eq 'held timeout' }, 30, 100_000),
+		'TLS, the silent broker: held, class timeout')
+	  or diag(sql("SELECT to_jsonb(s) FROM tide.relay_pipeline_status s WHERE pipeline = 'sqt'"));
+	like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'sqt' ORDER BY attempted_at LIMIT 1"),
+		qr/TCP connect\) was not made within the batch's timeout_ms/, 'TLS: the error says the connection was not made');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sqt'"), '0', 'TLS, silent: nothing dead-lettered');
+	cmp_ok($threads->(), '>', $threads_before, 'the connect still waits');
+	sql("SELECT tide.relay_delete('sqt')");
+	# the address now refuses: the connect's next SYN gets a reset
+	$close_silent->();
+	ok(defined wait_until(sub { $threads->() == $threads_before }, 70, 100_000),
+		'TLS: the abandoned connect\'s thread returns (and destroys its client)');
+	sql("SELECT tide.outbox_publish('beside_tls', '{\"n\": 11}')");
+	ok(defined wait_until(sub { lines($file) >= 11 }, 10, 20_000), 'TLS: and the worker delivers on');
+	is(sql("SELECT pid FROM tide.relay_workers() WHERE database = 'postgres'"), $pid, 'TLS: the same worker');
+	sql("SELECT tide.relay_delete('bft')");
 }
 
 # --- kill -9 of the postmaster in the middle of a backlog.
