@@ -234,6 +234,17 @@ sub deliver_one_by_one
 	return ($arrived, $took);
 }
 
+# Waits (30 s at most) until pipeline $p is held with class timeout; the
+# test is named $what, and shows the pipeline's status when it fails.
+sub held_by_timeout
+{
+	my ($p, $what) = @_;
+	ok(defined wait_until(sub {
+		sql("SELECT health || ' ' || coalesce(last_error_class, '') FROM tide.relay_pipeline_status WHERE pipeline = '$p'") eq 'held timeout' }, 30, 100_000),
+		$what)
+	  or diag(sql("SELECT to_jsonb(s) FROM tide.relay_pipeline_status s WHERE pipeline = '$p'"));
+}
+
 # --- A broker address that never answers (unanswered_port: the
 # kernel drops the relay's SYNs, as a network that loses them): the MQTT
 # pipeline waits without blocking the worker, so a file pipeline beside it,
@@ -252,10 +263,7 @@ sub deliver_one_by_one
 	my ($arrived, $took) = deliver_one_by_one('beside', $file, 20);
 	is($arrived, 20, 'beside a broker that never answers, the file pipeline delivers each of 20 messages');
 	note(sprintf('slowest of the file pipeline\'s messages: %.2f s', $took));
-	ok(defined wait_until(sub {
-		sql("SELECT health || ' ' || coalesce(last_error_class, '') FROM tide.relay_pipeline_status WHERE pipeline = 'sq'") eq 'held timeout' }, 30, 100_000),
-		'the silent broker: held, class timeout')
-	  or diag(sql("SELECT to_jsonb(s) FROM tide.relay_pipeline_status s WHERE pipeline = 'sq'"));
+	held_by_timeout('sq', 'the silent broker: held, class timeout');
 	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sq'"), '0', 'silent: nothing dead-lettered');
 	sql("SELECT tide.relay_delete('sq')");
 	sql("SELECT tide.relay_delete('bf')");
@@ -285,10 +293,7 @@ sub deliver_one_by_one
 	# (a connect in the loop would hold them for minutes: the kernel tries for about two)
 	is($arrived, 10, 'TLS: beside a broker that never answers, the file pipeline delivers each of 10 messages within 10 s');
 	note(sprintf('TLS: slowest of the file pipeline\'s messages: %.2f s', $took));
-	ok(defined wait_until(sub {
-		sql("SELECT health || ' ' || coalesce(last_error_class, '') FROM tide.relay_pipeline_status WHERE pipeline = 'sqt'") eq 'held timeout' }, 30, 100_000),
-		'TLS, the silent broker: held, class timeout')
-	  or diag(sql("SELECT to_jsonb(s) FROM tide.relay_pipeline_status s WHERE pipeline = 'sqt'"));
+	held_by_timeout('sqt', 'TLS, the silent broker: held, class timeout');
 	like(sql("SELECT error FROM tide.relay_attempts WHERE pipeline_id = 'sqt' ORDER BY attempted_at LIMIT 1"),
 		qr/TCP connect\) was not made within the batch's timeout_ms/, 'TLS: the error says the connection was not made');
 	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'sqt'"), '0', 'TLS, silent: nothing dead-lettered');
