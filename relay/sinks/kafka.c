@@ -25,8 +25,10 @@
  *	  message normally has its delivery report before timeout_ms has passed
  *	  and the batch ends with an answer for each. librdkafka checks its
  *	  timeouts about once a second: should a report still be missing at
- *	  timeout_ms, the message is a retryable timeout and its late report is
- *	  ignored (each report carries its batch's serial number).
+ *	  timeout_ms, the message counts as timed out unsent (4.: while the
+ *	  brokers are down librdkafka's reports of timeouts can come seconds
+ *	  late) and its late report is ignored (each report carries its batch's
+ *	  serial number).
  * 4. Outcomes (broker.h's classes): a delivery report without error is
  *	  delivered; too large is too_large and an unknown topic
  *	  unknown_destination, both permanent; brokers unreachable or
@@ -178,6 +180,23 @@ set_failure(KafkaPipeline *kp, RelayMessageOutcome *o, RelayOutcome outcome, con
 	RelaySetFailure(o, outcome, cls, 0, error);
 }
 
+/*
+ * A message that timed out unsent, or had no report by timeout_ms: while
+ * librdkafka reports the brokers unreachable or refusing us that is theirs,
+ * not the message's (connection or auth, which hold the pipeline); else a
+ * retryable timeout.
+ */
+static void
+set_unanswered(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err)
+{
+	if (is_auth_error(kp->broker_error))
+		set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_AUTH, err, true);
+	else if (is_connection_error(kp->broker_error))
+		set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, err, true);
+	else
+		set_failure(kp, o, RELAY_RETRYABLE, RELAY_CLASS_TIMEOUT, err, false);
+}
+
 /* Classifies a failed message (broker.h's classes); never an ERROR. */
 static void
 classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
@@ -205,11 +224,8 @@ classify(KafkaPipeline *kp, RelayMessageOutcome *o, rd_kafka_resp_err_t err,
 		case RD_KAFKA_RESP_ERR__TIMED_OUT:
 		case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
 		case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-			/* never sent while the brokers were unreachable: theirs, not the message's */
-			if (status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED && is_auth_error(kp->broker_error))
-				set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_AUTH, err, true);
-			else if (status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED && is_connection_error(kp->broker_error))
-				set_failure(kp, o, RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, err, true);
+			if (status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED)
+				set_unanswered(kp, o, err);
 			else
 				set_failure(kp, o, RELAY_RETRYABLE, RELAY_CLASS_TIMEOUT, err, false);
 			break;
@@ -515,8 +531,9 @@ kafka_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 				*o = kb->out[i];
 				break;
 			case RELAY_SEND_IN_FLIGHT:
+
 				/* no report by timeout_ms (see the top of the file) */
-				set_failure(kp, o, RELAY_RETRYABLE, RELAY_CLASS_TIMEOUT, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, false);
+				set_unanswered(kp, o, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
 				o->latency_ms = (GetCurrentTimestamp() - kb->sent_at[i]) / 1000.0;
 				break;
 			case RELAY_SEND_SKIPPED:
