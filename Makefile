@@ -14,6 +14,7 @@ OBJS = \
 	src/catalog_version.o \
 	src/outbox_rights.o \
 	src/consumer.o \
+	src/commit.o \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \

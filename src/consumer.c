@@ -2,9 +2,9 @@
  * consumer.c
  *		Consumer groups over SQL: tide.poll_outbox() and
  *		tide.wait_for_messages() (and its pg_tide.wait_recheck_ms);
- *		tide.commit_offset(), consumer_heartbeat(), extend_lease() and
- *		release_lease(), whose work is SQL in the install script
- *		(tide._commit_offset(), ...).
+ *		tide.commit_offset() (whose work is src/commit.c's),
+ *		consumer_heartbeat(), extend_lease() and release_lease() (whose work
+ *		is SQL in the install script: tide._consumer_heartbeat(), ...).
  *
  * Every one of them runs as its caller, checks that the caller may consume
  * from the group (src/outbox_rights.c), and then reads and writes as the
@@ -15,8 +15,8 @@
  * lease_end] held until expires_at. The group row's leased_upto is the
  * highest id handed out so far; every id up to it is either acknowledged or
  * inside some lease. A poll, after acknowledging the consumer's last batch
- * up to p_commit_upto when given (tide._commit_offset(), in the same
- * transaction: one commit per batch):
+ * up to p_commit_upto when given (src/commit.c, in the same transaction:
+ * one commit per batch):
  *
  * 1. returns the consumer's own lease again, with a fresh expiry, if it
  *	  holds one (a consumer that restarts gets its batch back at once);
@@ -80,7 +80,6 @@ static SPIPlanPtr peek_group_plan = NULL;
 static SPIPlanPtr read_group_plan = NULL;
 static SPIPlanPtr join_plan = NULL;
 static SPIPlanPtr join_quiet_plan = NULL;
-static SPIPlanPtr poll_commit_plan = NULL;
 static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr expired_lease_plan = NULL;
 static SPIPlanPtr fetch_plan = NULL;
@@ -90,7 +89,6 @@ static SPIPlanPtr shrink_lease_plan = NULL;
 static SPIPlanPtr delete_lease_plan = NULL;
 static SPIPlanPtr advance_plan = NULL;
 static SPIPlanPtr others_expired_plan = NULL;
-static SPIPlanPtr commit_offset_plan = NULL;
 static SPIPlanPtr heartbeat_plan = NULL;
 static SPIPlanPtr extend_lease_plan = NULL;
 static SPIPlanPtr release_lease_plan = NULL;
@@ -648,24 +646,6 @@ join_group(const char *group, Datum group_datum, Datum consumer, bool commit_nex
 }
 
 /*
- * Acknowledges the consumer's lease up to `upto` before it polls, with the
- * rules and errors of tide.commit_offset(): a lease another consumer took
- * over meanwhile is refused (55000 or 22023) and the whole call with it,
- * so the poll leases nothing and nobody else's range is acknowledged.
- */
-static void
-commit_before_poll(Datum group, Datum consumer, int64 upto)
-{
-	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
-	Datum		args[3] = {group, consumer, Int64GetDatum(upto)};
-
-	if (SPI_execute_plan(TidePlan(&poll_commit_plan,
-								  "SELECT tide._commit_offset($1, $2, $3)", 3, types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not acknowledge the lease before the poll");
-}
-
-/*
  * A poll's work once its arguments are checked: the rights, the group's
  * membership and heartbeat, the commit first when asked (commit_upto), then
  * the steps at the top of the file.
@@ -680,8 +660,14 @@ run_poll(Poll *poll, const char *group, bool commit_first, int64 commit_upto)
 	if (checked == NULL)
 		no_such_group(group);
 	join_group(group, poll->group, poll->consumer, commit_first);
+	/*
+	 * The commit first, with the rules and errors of tide.commit_offset(): a
+	 * lease another consumer took over meanwhile is refused (55000 or
+	 * 22023) and the whole call with it, so the poll leases nothing and
+	 * nobody else's range is acknowledged.
+	 */
 	if (commit_first)
-		commit_before_poll(poll->group, poll->consumer, commit_upto);
+		TideCommitOffset(poll->group, poll->consumer, false, commit_upto);
 	/*
 	 * The consumer's offset row is locked now: the group cannot be dropped
 	 * until this transaction ends. Its outbox is checked again in case it
@@ -1003,16 +989,19 @@ call_as_owner(FunctionCallInfo fcinfo, SPIPlanPtr *plan, const char *sql, Oid *t
 
 /*
  * SQL: tide.commit_offset(p_group, p_consumer, p_last_offset) acknowledges
- * the consumer's lease up to p_last_offset (tide._commit_offset()).
+ * the consumer's lease up to p_last_offset (src/commit.c).
  */
 Datum
 tide_commit_offset(PG_FUNCTION_ARGS)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
-	bool		isnull;
+	Caller		caller;
+	char	   *group = group_arg(fcinfo);
 
-	call_as_owner(fcinfo, &commit_offset_plan,
-				  "SELECT tide._commit_offset($1, $2, $3)", types, &isnull);
+	consume_begin(group, &caller);
+	TideValidateConsumerId(PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	TideCommitOffset(CStringGetTextDatum(group), PG_GETARG_DATUM(1),
+					 PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2));
+	consume_end(&caller);
 	PG_RETURN_VOID();
 }
 

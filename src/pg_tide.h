@@ -75,6 +75,9 @@ extern bool TideGroupHasMessages(const char *group);
 extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
 								   bool *found);
 
+/* commit.c: acknowledging a consumer's lease, as its owner (under SPI) */
+extern void TideCommitOffset(Datum group, Datum consumer, bool last_isnull, int64 last);
+
 /* wake.c: wake on commit */
 extern Size WakeShmemSize(void);
 extern void WakeShmemInit(void *place, bool found);

@@ -112,8 +112,9 @@ REVOKE ALL ON FUNCTION tide.wait_for_messages(text,integer) FROM PUBLIC, tide_ad
 GRANT EXECUTE ON FUNCTION tide.wait_for_messages(text,integer) TO tide_admin, tide_consumer;
 
 -- The consumer API runs as its caller: the C function checks the caller's
--- right to consume from the group (src/outbox_rights.c), then runs the
--- internal function of the same name as the catalog's owner.
+-- right to consume from the group (src/outbox_rights.c), then does its work
+-- as the catalog's owner: commit_offset's in C (src/commit.c), the others'
+-- in the internal function of the same name.
 CREATE OR REPLACE FUNCTION tide.commit_offset(p_group text, p_consumer text, p_last_offset bigint)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tide_commit_offset'
@@ -123,88 +124,6 @@ COMMENT ON FUNCTION tide.commit_offset(text, text, bigint)
 	IS 'acknowledges a consumer''s lease up to and including a message id';
 REVOKE ALL ON FUNCTION tide.commit_offset(text,text,bigint) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.commit_offset(text,text,bigint) TO tide_admin, tide_consumer;
-
-CREATE OR REPLACE FUNCTION tide._commit_offset(p_group text, p_consumer text, p_last_offset bigint)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-	lease tide.tide_consumer_leases;
-	has_lease boolean;
-	committed bigint;
-BEGIN
-	-- No group lock: a commit changes only the consumer's own rows. Its
-	-- offset row orders it with the consumer's other calls, and its lease
-	-- row with a poll of another consumer taking the lease over, which
-	-- locks that row too (tide._lock_consumer).
-	committed := tide._lock_consumer(p_group, p_consumer);
-	IF p_last_offset IS NULL THEN
-		RAISE EXCEPTION 'offset must not be null'
-			USING ERRCODE = 'null_value_not_allowed',
-				  HINT = 'Pass the id of the last message you processed.';
-	END IF;
-	IF committed IS NULL THEN
-		RAISE EXCEPTION 'consumer "%" is not known in group "%"', p_consumer, p_group
-			USING ERRCODE = 'undefined_object',
-				  HINT = 'A consumer joins its group with its first tide.poll_outbox().';
-	END IF;
-
-	-- After a takeover that waited for this lock, this reads what the
-	-- other poll left: no row, or the part of the lease it did not take.
-	SELECT * INTO lease FROM tide.tide_consumer_leases l
-	 WHERE l.group_name = p_group AND l.consumer_id = p_consumer
-	   FOR UPDATE;
-	has_lease := FOUND;
-
-	-- Committing the offset this consumer committed last is a harmless retry.
-	IF p_last_offset = committed AND (NOT has_lease OR p_last_offset < lease.lease_start) THEN
-		UPDATE tide.tide_consumer_offsets SET last_heartbeat = now()
-		 WHERE group_name = p_group AND consumer_id = p_consumer;
-		RETURN;
-	END IF;
-
-	IF NOT has_lease THEN
-		IF p_last_offset < committed THEN
-			RAISE EXCEPTION 'offset % is behind the committed offset % of consumer "%"',
-							p_last_offset, committed, p_consumer
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'Offsets only move forward; an operator can use tide.admin_rewind_offset().';
-		END IF;
-		RAISE EXCEPTION 'consumer "%" holds no lease in group "%"', p_consumer, p_group
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  HINT = 'The lease expired and was handed to another consumer, or was released; poll again.';
-	END IF;
-
-	IF p_last_offset < lease.lease_start THEN
-		RAISE EXCEPTION 'offset % is behind the lease of consumer "%", which starts at %',
-						p_last_offset, p_consumer, lease.lease_start
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Offsets only move forward; what lies before the lease was acknowledged, '
-					  'or handed to another consumer when the lease expired.';
-	END IF;
-	IF p_last_offset > lease.lease_end THEN
-		RAISE EXCEPTION 'offset % is beyond the lease of consumer "%", which ends at %',
-						p_last_offset, p_consumer, lease.lease_end
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Commit the id of the last message tide.poll_outbox() returned to you.';
-	END IF;
-
-	IF p_last_offset = lease.lease_end THEN
-		DELETE FROM tide.tide_consumer_leases
-		 WHERE group_name = p_group AND consumer_id = p_consumer;
-	ELSE
-		UPDATE tide.tide_consumer_leases SET lease_start = p_last_offset + 1
-		 WHERE group_name = p_group AND consumer_id = p_consumer;
-	END IF;
-	UPDATE tide.tide_consumer_offsets
-	   SET committed_offset = p_last_offset,
-		   last_heartbeat = now()
-	 WHERE group_name = p_group AND consumer_id = p_consumer;
-END
-$$
-SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._commit_offset(text,text,bigint) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._commit_offset(text,text,bigint) TO tide_admin;
 
 -- Fetches a consumer's lease for update, or raises 55000. Like a commit,
 -- it locks only the consumer's offset row, then its lease row.

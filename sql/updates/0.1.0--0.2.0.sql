@@ -3,6 +3,11 @@
 -- fresh install). A new table, column or index of 0.2.0 is written here
 -- once, and into sql/install/ for fresh installs.
 
+-- tide.commit_offset does its work in C (src/commit.c), as does the commit
+-- of tide.poll_outbox(..., p_commit_upto): the internal PL/pgSQL function
+-- of 0.1.0 that did it goes.
+DROP FUNCTION tide._commit_offset(text, text, bigint);
+
 -- A pipeline config is validated in C (relay/pipeline_config.c), once for
 -- relay_set_outbox, the row trigger and the relay worker: the PL/pgSQL
 -- validators of 0.1.0 go, and so does the trigger that checked only a file

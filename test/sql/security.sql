@@ -190,7 +190,7 @@ SELECT payload FROM tide.poll_outbox('sec_group', 'c1', 10);	-- the released lea
 SELECT tide.commit_offset('sec_group', 'c1', (SELECT max(id) FROM tide.poll_outbox('sec_group', 'c1', 10)));
 SELECT * FROM pg_temp.consumer_api('sec_more_group');
 SELECT pg_temp.try($$SELECT count(*) FROM tide.tide_outbox_messages$$);
-SELECT pg_temp.try($$SELECT tide._commit_offset('sec_group', 'c1', 1)$$);
+SELECT pg_temp.try($$SELECT tide._extend_lease('sec_group', 'c1', 60)$$);
 SELECT pg_temp.try($$SELECT tide.admin_rewind_offset('sec_group', 'c1', 0)$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('sec_orders', '{}')$$);
 SELECT pg_temp.try($$SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_consumer')$$);
