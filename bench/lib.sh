@@ -12,14 +12,18 @@ BENCH_SIZING="shared_buffers = 1GB
 max_wal_size = 16GB
 checkpoint_timeout = 30min
 max_connections = 50"
+# BENCH_EXTRA_CONF: settings added for a run by hand (for example
+# 'fsync = off' to compare CPU costs without waiting for the disk).
 export TIDE_EXTRA_CONF="$BENCH_SIZING
-pg_tide.relay_enabled = off"
+pg_tide.relay_enabled = off
+${BENCH_EXTRA_CONF:-}"
 # The relay's benchmarks (relay.sh, broker_*.sh) measure the relay: the same
 # sizing with the relay on and a short naptime, which they set after
 # sourcing this file (the cluster starts later).
 RELAY_BENCH_CONF="$BENCH_SIZING
 pg_tide.relay_enabled = on
-pg_tide.relay_naptime_ms = 200"
+pg_tide.relay_naptime_ms = 200
+${BENCH_EXTRA_CONF:-}"
 # shellcheck source=../test/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../test/lib.sh"
 

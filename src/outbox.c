@@ -14,7 +14,9 @@
  * 1. Ids first: the publish takes its ids (tracker.c) and asks
  *	  partitions.c for the table that holds them: a child table of
  *	  tide_outbox_messages, or the parent. It inserts there directly, so
- *	  the row is never routed and retention can drop the child whole.
+ *	  the row is never routed and retention can drop the child whole; one
+ *	  message into a child under READ COMMITTED without the executor
+ *	  (src/direct_insert.c), anything else with an INSERT through SPI.
  * 2. Fast path: the backend remembers, for at most ADMISSION_CACHE_MS and
  *	  until tide_outbox_config changes, that the outbox exists and is
  *	  enabled, its inline_threshold and its position (below it every
@@ -337,6 +339,10 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	args[5] = Int64GetDatum(position);
 	args[6] = Int64GetDatum(ids[n - 1]);
 
+	/* READ COMMITTED, admitted above: one message goes in without the executor when it can */
+	if (!batch && !locking &&
+		TideDirectInsert(target->relid, ids[0], args[0], payload, args[2], headers == NULL))
+		return ids[0];
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		if (SPI_execute_plan(plan, args, nulls, false, 0) < 0)

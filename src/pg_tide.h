@@ -75,6 +75,10 @@ extern bool TideGroupHasMessages(const char *group);
 extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
 								   bool *found);
 
+/* direct_insert.c: one message into a child table without the executor; false: use SQL */
+extern bool TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers,
+							 bool headers_null);
+
 /* commit.c: acknowledging a consumer's lease, as its owner (under SPI) */
 extern void TideCommitOffset(Datum group, Datum consumer, bool last_isnull, int64 last);
 

@@ -126,6 +126,50 @@ SELECT setval('tide.tide_outbox_messages_id_seq', 4001) \g /dev/null
 SELECT * FROM parts_test.sweep_children();
 SELECT * FROM parts_test.children();
 
+-- One message into a child goes in without the executor
+-- (src/direct_insert.c): the row the INSERT writes (created_at the
+-- transaction's now(), the columns it does not name null), in the child's
+-- index (amcheck finds an index entry for every row), a large payload
+-- moved to TOAST and read back whole, seen by the rest of its transaction
+-- and gone with its rollback.
+CREATE EXTENSION amcheck;
+SELECT setval('tide.tide_outbox_messages_id_seq', 4100) \g /dev/null
+SELECT tide._outbox_partitions_maintain() \g /dev/null
+BEGIN;
+SELECT tide.outbox_publish('parts', '{"n": 5}', '{"h": "v"}') AS direct_id \gset
+SELECT m.tableoid::regclass AS in_table, m.outbox_name, m.payload, m.headers,
+	   m.created_at = now() AS created_now, m.consumed_at IS NULL AND m.consumer_group IS NULL AS rest_null
+  FROM tide.tide_outbox_messages m WHERE m.id = :direct_id;
+COMMIT;
+SELECT m.tableoid::regclass AS child, i.indexrelid::regclass AS child_index
+  FROM tide.tide_outbox_messages m JOIN pg_index i ON i.indrelid = m.tableoid
+ WHERE m.id = :direct_id \gset
+SELECT tide.outbox_publish('parts', jsonb_build_object('s', string_agg(md5(g::text), '')))
+  FROM generate_series(1, 4000) g \g /dev/null
+SELECT tide.outbox_publish('parts', '{"n": 6}') AS no_headers_id \gset
+SELECT m.id - :direct_id AS after_first, length(m.payload ->> 's') AS payload_chars, m.headers IS NULL AS no_headers
+  FROM :child m WHERE m.id > :direct_id ORDER BY m.id;
+SELECT pg_total_relation_size(c.reltoastrelid) > 8192 AS toasted FROM pg_class c WHERE c.oid = :'child'::regclass;
+SELECT bt_index_check(:'child_index', true);
+BEGIN;
+SELECT tide.outbox_publish('parts', '{"n": 7}') AS rolled_back_id \gset
+SELECT count(*) AS seen_in_its_transaction FROM tide.tide_outbox_messages WHERE id = :rolled_back_id;
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM tide.tide_outbox_messages WHERE id = :rolled_back_id;
+-- A child the extension did not make so (here: with a trigger) gets the
+-- INSERT through the executor, which fires the trigger.
+CREATE FUNCTION parts_test.noticed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE NOTICE 'trigger fired for id %', NEW.id - current_setting('parts.base')::bigint;
+	RETURN NEW;
+END $$;
+SELECT set_config('parts.base', :'direct_id', false) \g /dev/null
+CREATE TRIGGER noticed BEFORE INSERT ON :child FOR EACH ROW EXECUTE FUNCTION parts_test.noticed();
+SELECT tide.outbox_publish('parts', '{"n": 8}') - :direct_id AS with_trigger;
+DROP TRIGGER noticed ON :child;
+SELECT bt_index_check(:'child_index', true);
+DROP EXTENSION amcheck;
+
 -- tide_admin drops an outbox while children exist (outbox_drop locks them
 -- with the parent) and sweeps.
 CREATE ROLE regress_parts_admin IN ROLE tide_admin;
