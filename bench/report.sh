@@ -350,6 +350,13 @@ publish_rows() {
 		echo
 		cat "$OUT/RESULTS-why.md"
 	fi
+	if [ -f "$OUT/RESULTS-history.md" ]; then
+		echo
+		echo "## Between runs of the suite"
+		echo
+		echo "Runs of single scripts made by hand since, each with the change it measured, are in"
+		echo "[RESULTS-history.md](RESULTS-history.md)."
+	fi
 } >"$MD"
 
 histogram "$PLOTS/publish.png" "Publish throughput" "messages/s (log scale)" log "$PLOTS/publish.dat" "plain INSERT" "pg_tide" "pg_tide, granted role" "PgQ"
