@@ -33,7 +33,6 @@
 
 static SPIPlanPtr lock_offset_plan = NULL;
 static SPIPlanPtr group_exists_plan = NULL;
-static SPIPlanPtr lock_lease_plan = NULL;
 static SPIPlanPtr heartbeat_plan = NULL;
 static SPIPlanPtr drop_lease_plan = NULL;
 static SPIPlanPtr shrink_lease_plan = NULL;
@@ -79,26 +78,6 @@ lock_offset(Datum *args, const char *group, int64 *committed)
 				 errmsg("consumer group \"%s\" does not exist", group),
 				 errhint("Create it with tide.create_consumer_group().")));
 	return false;
-}
-
-/* Locks the consumer's lease row; false when it holds no lease. */
-static bool
-lock_lease(Datum *args, int64 *start, int64 *end)
-{
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	bool		isnull;
-
-	run(TidePlan(&lock_lease_plan,
-				 "SELECT lease_start, lease_end FROM tide.tide_consumer_leases"
-				 " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2"
-				 " FOR UPDATE",
-				 2, types),
-		args, SPI_OK_SELECT);
-	if (SPI_processed == 0)
-		return false;
-	*start = TideSpiInt64(1, &isnull);
-	*end = TideSpiInt64(2, &isnull);
-	return true;
 }
 
 /* Refuses an offset the lease [start, end] does not allow (step 3). */
@@ -164,7 +143,7 @@ TideCommitOffset(Datum group_datum, Datum consumer_datum, bool last_isnull, int6
 				 errmsg("consumer \"%s\" is not known in group \"%s\"", consumer, group),
 				 errhint("A consumer joins its group with its first tide.poll_outbox().")));
 
-	has_lease = lock_lease(args, &start, &end);
+	has_lease = TideLockOwnLease(args[0], args[1], &start, &end);
 	if (last == committed && (!has_lease || last < start))
 	{
 		run(TidePlan(&heartbeat_plan,

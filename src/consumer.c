@@ -393,14 +393,15 @@ advance_cursor(Poll *poll, int64 last)
 }
 
 /*
- * Reads and locks the poll's consumer's own lease: false when it holds
- * none, else its range in *start and *end.
+ * Reads and locks (FOR UPDATE) a consumer's own lease row: false when it
+ * holds none, else its range in *start and *end. Polls and commits
+ * (commit.c) both lock it this way.
  */
-static bool
-read_own_lease(const Poll *poll, int64 *start, int64 *end)
+bool
+TideLockOwnLease(Datum group, Datum consumer, int64 *start, int64 *end)
 {
 	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {poll->group, poll->consumer};
+	Datum		args[2] = {group, consumer};
 	bool		isnull;
 
 	if (SPI_execute_plan(TidePlan(&own_lease_plan,
@@ -426,7 +427,7 @@ poll_own_lease(Poll *poll)
 	int64		first;
 	int64		last;
 
-	if (!read_own_lease(poll, &start, &end))
+	if (!TideLockOwnLease(poll->group, poll->consumer, &start, &end))
 		return false;
 
 	if (take_messages(poll, start - 1, end, &first, &last) == 0)
@@ -559,7 +560,7 @@ poll_ahead_of(Poll *poll, const char *group, int64 after)
 	int64		last;
 	int64		horizon;
 
-	if (!read_own_lease(poll, &start, &end))
+	if (!TideLockOwnLease(poll->group, poll->consumer, &start, &end))
 		return;
 	/* the batch in hand must lie in the lease, or the lease is not that batch's */
 	if (after < start || after > end)

@@ -74,6 +74,7 @@ extern int	TidePollAhead(const char *group, const char *consumer, int64 after, i
 extern bool TideGroupHasMessages(const char *group);
 extern void TideGroupsWithMessages(int n, const char *const *groups, const char *const *consumers,
 								   bool *found);
+extern bool TideLockOwnLease(Datum group, Datum consumer, int64 *start, int64 *end);
 
 /* direct_insert.c: one message into a child table without the executor; false: use SQL */
 extern bool TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers,
