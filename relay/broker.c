@@ -269,10 +269,16 @@ RelayNotifierDrain(RelayNotifier *n)
 }
 
 void
-RelayNotifierClose(RelayNotifier *n)
+RelayNotifierStopWatching(RelayNotifier *n)
 {
 	RelayEventsUnwatch(n->watch);
 	n->watch = NULL;
+}
+
+void
+RelayNotifierClose(RelayNotifier *n)
+{
+	RelayNotifierStopWatching(n);
 	if (n->fd >= 0)
 		close(n->fd);
 	n->fd = -1;

@@ -100,6 +100,12 @@ extern PGDLLEXPORT void RelayBrokerForEachHeader(const RelayMessage *m, RelayHea
  * no PostgreSQL function; write(2) on an eventfd), and `callback` runs in
  * the loop, which drains the library's results. Open it in `open`
  * (false when it cannot be), close it in `close`.
+ *
+ * A notifier shared with a thread that may outlive the loop's interest in
+ * it (a lookup or a connect still running when its pipeline closes): the
+ * loop stops watching it (RelayNotifierStopWatching) and the fd is closed
+ * by whichever of the two lets go last (RelayNotifierClose, which then
+ * finds no watch: it must not unwatch on a thread of its own).
  */
 typedef struct RelayNotifier
 {
@@ -110,6 +116,7 @@ typedef struct RelayNotifier
 extern PGDLLEXPORT bool RelayNotifierOpen(RelayNotifier *n, RelayFdCallback callback, void *arg);
 extern PGDLLEXPORT void RelayNotifierSignal(RelayNotifier *n);
 extern PGDLLEXPORT void RelayNotifierDrain(RelayNotifier *n);
+extern PGDLLEXPORT void RelayNotifierStopWatching(RelayNotifier *n);
 extern PGDLLEXPORT void RelayNotifierClose(RelayNotifier *n);
 
 /*

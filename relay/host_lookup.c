@@ -7,7 +7,7 @@
  *
  * RelayLookupStart runs getaddrinfo on a thread of its own
  * (RelayBrokerStartThread), which writes the answer into the lookup and
- * signals an eventfd that the loop watches; the loop then calls the
+ * signals a RelayNotifier that the loop watches; the loop then calls the
  * sink's `done`. The lookup is shared by the loop and the thread, each
  * holding one reference: a sink may end it while the thread still waits
  * on the name server (its pipeline closed), and the thread frees it when
@@ -18,18 +18,14 @@
 
 #include <netdb.h>
 #include <arpa/inet.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "broker.h"
 
 struct RelayLookup
 {
 	int			refs;			/* the loop's and the thread's (atomic) */
-	int			fd;				/* the eventfd the thread signals */
-	RelayWatch *watch;			/* the loop's watch of fd, or NULL */
+	RelayNotifier notifier;		/* the thread signals it; watched until `done` or the end */
 	RelayLookupDone done;		/* the loop's: called once with the answer */
 	void	   *arg;
 	char		host[256];
@@ -45,7 +41,7 @@ lookup_release(RelayLookup *l)
 {
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) == 0)
 	{
-		close(l->fd);
+		RelayNotifierClose(&l->notifier);
 		free(l);
 	}
 }
@@ -57,7 +53,6 @@ lookup_main(void *arg)
 	RelayLookup *l = arg;
 	struct addrinfo hints;
 	struct addrinfo *res = NULL;
-	uint64		one = 1;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -78,9 +73,7 @@ lookup_main(void *arg)
 		freeaddrinfo(res);
 	}
 	__atomic_store_n(&l->finished, true, __ATOMIC_RELEASE);
-	/* EAGAIN only when the counter is already set: the loop wakes anyway */
-	if (write(l->fd, &one, sizeof(one)) < 0)
-		one = 0;
+	RelayNotifierSignal(&l->notifier);
 	lookup_release(l);
 	return NULL;
 }
@@ -90,14 +83,11 @@ static void
 lookup_signalled(int fd, uint32 events, void *arg)
 {
 	RelayLookup *l = arg;
-	uint64		count;
 
-	if (read(fd, &count, sizeof(count)) < 0)
-		count = 0;
-	if (l->watch == NULL || !__atomic_load_n(&l->finished, __ATOMIC_ACQUIRE))
+	RelayNotifierDrain(&l->notifier);
+	if (l->notifier.watch == NULL || !__atomic_load_n(&l->finished, __ATOMIC_ACQUIRE))
 		return;
-	RelayEventsUnwatch(l->watch);
-	l->watch = NULL;
+	RelayNotifierStopWatching(&l->notifier);
 	/* the sink may end the lookup in `done`: nothing of it is used after */
 	l->done(l->arg);
 }
@@ -133,21 +123,16 @@ RelayLookupStart(const char *host, int port, RelayLookupDone done, void *arg,
 	l->done = done;
 	l->arg = arg;
 	l->refs = 2;
-	l->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (l->fd < 0 ||
-		(l->watch = RelayEventsWatch(NULL, l->fd, EPOLLIN, lookup_signalled, l)) == NULL)
+	if (!RelayNotifierOpen(&l->notifier, lookup_signalled, l))
 	{
 		snprintf(error, errsize, "cannot wait for a host name's lookup: %s", strerror(errno));
-		if (l->fd >= 0)
-			close(l->fd);
 		free(l);
 		return NULL;
 	}
 	if ((rc = RelayBrokerStartThread(lookup_main, l)) != 0)
 	{
 		snprintf(error, errsize, "cannot start a thread to look the host name up: %s", strerror(rc));
-		RelayEventsUnwatch(l->watch);
-		close(l->fd);
+		RelayNotifierClose(&l->notifier);
 		free(l);
 		return NULL;
 	}
@@ -176,7 +161,6 @@ RelayLookupEnd(RelayLookup *l)
 {
 	if (l == NULL)
 		return;
-	RelayEventsUnwatch(l->watch);
-	l->watch = NULL;
+	RelayNotifierStopWatching(&l->notifier);
 	lookup_release(l);
 }

@@ -55,8 +55,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <mosquitto.h>
 /* mosquitto.h includes the protocol's constants from 2.1 on, which warns of the old header */
@@ -451,8 +449,7 @@ typedef struct MqttConnector
 {
 	int			refs;			/* the loop's and the thread's (atomic) */
 	int			state;			/* MqttConnectState (atomic) */
-	int			fd;				/* the eventfd the thread signals */
-	RelayWatch *watch;			/* the loop's watch of fd, or NULL */
+	RelayNotifier notifier;		/* the thread signals it; watched until taken or given up */
 	MqttPipeline *p;			/* the loop's: whose client this is */
 	struct mosquitto *mosq;
 	char		host[256];
@@ -475,7 +472,7 @@ connector_release(MqttConnector *c)
 {
 	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
 	{
-		close(c->fd);
+		RelayNotifierClose(&c->notifier);
 		free(c);
 	}
 }
@@ -486,7 +483,6 @@ connect_main(void *arg)
 {
 	MqttConnector *c = arg;
 	int			expected = MQTT_CONNECT_RUNNING;
-	uint64		one = 1;
 	bool		first = !__atomic_load_n(&tls_set_up, __ATOMIC_ACQUIRE);
 
 	if (first)
@@ -501,11 +497,7 @@ connect_main(void *arg)
 	}
 	if (__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_FINISHED, false,
 									__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-	{
-		/* EAGAIN only when the counter is already set: the loop wakes anyway */
-		if (write(c->fd, &one, sizeof(one)) < 0)
-			one = 0;
-	}
+		RelayNotifierSignal(&c->notifier);
 	else
 		mosquitto_destroy(c->mosq);
 	connector_release(c);
@@ -518,14 +510,11 @@ connect_signalled(int fd, uint32 events, void *arg)
 {
 	MqttConnector *c = arg;
 	MqttPipeline *p = c->p;
-	uint64		count;
 
-	if (read(fd, &count, sizeof(count)) < 0)
-		count = 0;
-	if (c->watch == NULL || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MQTT_CONNECT_FINISHED)
+	RelayNotifierDrain(&c->notifier);
+	if (c->notifier.watch == NULL || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MQTT_CONNECT_FINISHED)
 		return;
-	RelayEventsUnwatch(c->watch);
-	c->watch = NULL;
+	RelayNotifierStopWatching(&c->notifier);
 	p->connector = NULL;
 	p->mosq = c->mosq;
 	p->drop = false;
@@ -579,21 +568,16 @@ connector_start(MqttPipeline *p, struct mosquitto *mosq, char *error, size_t err
 	c->mosq = mosq;
 	c->p = p;
 	c->refs = 2;
-	c->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (c->fd < 0 ||
-		(c->watch = RelayEventsWatch(NULL, c->fd, EPOLLIN, connect_signalled, c)) == NULL)
+	if (!RelayNotifierOpen(&c->notifier, connect_signalled, c))
 	{
 		snprintf(error, errsize, "connection: cannot wait for a connect: %s", strerror(errno));
-		if (c->fd >= 0)
-			close(c->fd);
 		free(c);
 		return false;
 	}
 	if ((rc = RelayBrokerStartThread(connect_main, c)) != 0)
 	{
 		snprintf(error, errsize, "connection: cannot start a thread to connect: %s", strerror(rc));
-		RelayEventsUnwatch(c->watch);
-		close(c->fd);
+		RelayNotifierClose(&c->notifier);
 		free(c);
 		return false;
 	}
@@ -611,8 +595,7 @@ connector_abandon(MqttPipeline *p)
 	if (c == NULL)
 		return;
 	p->connector = NULL;
-	RelayEventsUnwatch(c->watch);
-	c->watch = NULL;
+	RelayNotifierStopWatching(&c->notifier);
 	/* finished but not taken yet: the client is the loop's to destroy */
 	if (!__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_ABANDONED, false,
 									 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
