@@ -53,7 +53,11 @@
 -- The participants of an outbox: one row per consumer group with its
 -- position (NULL when it has none yet), named as the pipeline that reads
 -- through it, else as the consumer whose lease holds the position below the
--- group's dispatch cursor, else as the group.
+-- group's dispatch cursor, else as the group. The pipelines' groups are
+-- read from relay_outbox_config once per call (grouped, then hash-joined),
+-- not once per group: with 1,000 pipelines of one outbox the per-group
+-- LATERAL took 1,000 x 1,000 config lookups, 90 to 200 ms of the relay
+-- worker in every sweep (once a minute at rest).
 CREATE OR REPLACE FUNCTION tide._retention_participants(p_outbox text)
 RETURNS TABLE (kind text, name text, group_name text, passed_upto bigint)
 LANGUAGE sql STABLE
@@ -71,9 +75,9 @@ AS $$
 						   FROM tide.tide_consumer_leases x
 						  WHERE x.group_name = g.group_name
 						  ORDER BY x.lease_start, x.consumer_id LIMIT 1) l ON true
-	  LEFT JOIN LATERAL (SELECT min(r.name) AS name
-						   FROM tide.relay_outbox_config r
-						  WHERE r.config ->> 'consumer_group' = g.group_name) p ON true
+	  LEFT JOIN (SELECT r.config ->> 'consumer_group' AS group_name, min(r.name) AS name
+				   FROM tide.relay_outbox_config r
+				  GROUP BY 1) p ON p.group_name = g.group_name
 	 WHERE g.outbox_name = p_outbox
 $$
 SET search_path = pg_catalog, pg_temp;
