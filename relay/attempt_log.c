@@ -38,8 +38,9 @@
 #define ATTEMPT_TRIM_EVERY_MS	60000
 /*
  * How much older than the oldest row by id another row may be: a row's id
- * is drawn at its INSERT, its attempted_at is its transaction's start, and
- * the transactions that log attempts are short.
+ * is drawn when its batch is recorded, its attempted_at is when the batch
+ * was sent, and a batch is recorded within its timeout_ms (at most 10
+ * minutes) of being sent.
  */
 #define ATTEMPT_TRIM_SKEW_SECS	3600
 
