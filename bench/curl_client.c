@@ -8,11 +8,19 @@
  *		beside wrk, so that the relay's single-mode rate can be read against
  *		the HTTP client it is built on as well as against the receiver.
  *
- *	curl_client <url> <requests> <in flight> <body file> <headers file>
+ *	curl_client <url> <requests> <in flight> <body file> <headers file> [sockets]
  *
  * The headers file has one "Name: value" line per header. Prints the
  * requests per second; exits 1 if any request failed or was not answered
  * with 2xx.
+ *
+ * By default the multi handle is driven as a client that does nothing else
+ * drives it: curl_multi_perform, then curl_multi_poll. With "sockets" it is
+ * driven as the relay's worker drives it, as any program that waits on
+ * other things as well must: curl tells which sockets to wait on
+ * (CURLMOPT_SOCKETFUNCTION) and when (CURLMOPT_TIMERFUNCTION), the sockets
+ * wait in an epoll set, and each ready one is handed to
+ * curl_multi_socket_action.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +28,7 @@
 #include <time.h>
 
 #include <curl/curl.h>
+#include <sys/epoll.h>
 
 static size_t
 discard(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -79,6 +88,74 @@ start_request(CURLM *multi, const char *url, const char *body, long body_len,
 	curl_multi_add_handle(multi, easy);
 }
 
+/* "sockets": the epoll set of curl's sockets, and curl's next timeout (-1: none). */
+static int	epoll_fd = -1;
+static long curl_timeout_ms = -1;
+
+/* CURLMOPT_SOCKETFUNCTION: what to wait for on a socket; socketp marks one in the set. */
+static int
+socket_changed(CURL *easy, curl_socket_t s, int what, void *multi, void *socketp)
+{
+	struct epoll_event ev;
+
+	(void) easy;
+	memset(&ev, 0, sizeof(ev));
+	if (what == CURL_POLL_REMOVE)
+	{
+		epoll_ctl(epoll_fd, EPOLL_CTL_DEL, s, &ev);
+		curl_multi_assign(multi, s, NULL);
+		return 0;
+	}
+	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
+	ev.data.fd = s;
+	if (socketp == NULL)
+	{
+		epoll_ctl(epoll_fd, EPOLL_CTL_ADD, s, &ev);
+		curl_multi_assign(multi, s, &epoll_fd);
+	}
+	else
+		epoll_ctl(epoll_fd, EPOLL_CTL_MOD, s, &ev);
+	return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION */
+static int
+timer_changed(CURLM *multi, long timeout_ms, void *arg)
+{
+	(void) multi;
+	(void) arg;
+	curl_timeout_ms = timeout_ms;
+	return 0;
+}
+
+/* One wait and the work it brings, "sockets" mode. */
+static void
+drive_by_sockets(CURLM *multi)
+{
+	struct epoll_event ready[64];
+	int			n;
+	int			still;
+
+	n = epoll_wait(epoll_fd, ready, 64, curl_timeout_ms < 0 ? 100 : (int) curl_timeout_ms);
+	if (n <= 0)
+	{
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		int			mask = 0;
+
+		if (ready[i].events & EPOLLIN)
+			mask |= CURL_CSELECT_IN;
+		if (ready[i].events & EPOLLOUT)
+			mask |= CURL_CSELECT_OUT;
+		if (ready[i].events & (EPOLLERR | EPOLLHUP))
+			mask |= CURL_CSELECT_ERR;
+		curl_multi_socket_action(multi, ready[i].data.fd, mask, &still);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -96,12 +173,14 @@ main(int argc, char **argv)
 	struct timespec t0;
 	struct timespec t1;
 	double		secs;
+	int			by_sockets;
 
-	if (argc != 6)
+	if (argc != 6 && !(argc == 7 && strcmp(argv[6], "sockets") == 0))
 	{
-		fprintf(stderr, "usage: %s <url> <requests> <in flight> <body file> <headers file>\n", argv[0]);
+		fprintf(stderr, "usage: %s <url> <requests> <in flight> <body file> <headers file> [sockets]\n", argv[0]);
 		return 2;
 	}
+	by_sockets = (argc == 7);
 	total = atoi(argv[2]);
 	in_flight = atoi(argv[3]);
 	body = read_file(argv[4], &body_len);
@@ -109,6 +188,13 @@ main(int argc, char **argv)
 
 	curl_global_init(CURL_GLOBAL_ALL);
 	multi = curl_multi_init();
+	if (by_sockets)
+	{
+		epoll_fd = epoll_create1(0);
+		curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_changed);
+		curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, multi);
+		curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_changed);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	while (finished < total)
 	{
@@ -122,7 +208,14 @@ main(int argc, char **argv)
 			started++;
 			running++;
 		}
-		curl_multi_perform(multi, &still);
+		if (by_sockets)
+		{
+			/* a new request starts at curl's timeout 0, which this call handles */
+			if (curl_timeout_ms == 0)
+				curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
+		}
+		else
+			curl_multi_perform(multi, &still);
 		while ((msg = curl_multi_info_read(multi, &queued)) != NULL)
 		{
 			struct curl_slist *headers;
@@ -143,7 +236,9 @@ main(int argc, char **argv)
 		/* Freed slots are filled before waiting, as the relay does. */
 		if (running < in_flight && started < total)
 			continue;
-		if (running > 0)
+		if (running > 0 && by_sockets)
+			drive_by_sockets(multi);
+		else if (running > 0)
 			curl_multi_poll(multi, NULL, 0, 100, NULL);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);

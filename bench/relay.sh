@@ -348,17 +348,28 @@ wrk_run() {
 
 # curl_run <round>: what libcurl alone does with the same requests and
 # MAX_IN_FLIGHT in flight (curl_client.c): the ceiling of any client built
-# on it, the relay's webhook sink included.
+# on it, the relay's webhook sink included. Twice: driven by
+# curl_multi_perform and curl_multi_poll (libcurl_alone c16, the target's
+# baseline), and driven by its socket and timer callbacks as the worker
+# drives it (libcurl_alone c16_sockets, for the comparison).
 curl_run() {
-	local round=$1 out rps
-	out=$TIDE_CLUSTER/curl_client_$round.log
-	control "$PORT" '{"reset": true}'
-	"$TIDE_CLUSTER/curl_client" "http://127.0.0.1:$PORT/hook" "$N_SINGLE" "$MAX_IN_FLIGHT" \
-		"$TIDE_CLUSTER/sample_body.json" "$TIDE_CLUSTER/sample_headers.txt" >"$out" 2>&1 ||
-		{ cat "$out"; echo "relay.sh: curl_client failed" >&2; exit 1; }
-	rps=$(sed -n 's/.* \([0-9]*\) requests\/s.*/\1/p' "$out")
-	bench_record libcurl_alone "c$MAX_IN_FLIGHT" "$round" "$rps"
-	printf '  %-14s round %s  %8.0f requests/s\n' "libcurl alone" "$round" "$rps"
+	local round=$1 out rps mode
+	for mode in perform sockets; do
+		out=$TIDE_CLUSTER/curl_client_${mode}_$round.log
+		control "$PORT" '{"reset": true}'
+		"$TIDE_CLUSTER/curl_client" "http://127.0.0.1:$PORT/hook" "$N_SINGLE" "$MAX_IN_FLIGHT" \
+			"$TIDE_CLUSTER/sample_body.json" "$TIDE_CLUSTER/sample_headers.txt" \
+			$([ "$mode" = sockets ] && echo sockets) >"$out" 2>&1 ||
+			{ cat "$out"; echo "relay.sh: curl_client failed" >&2; exit 1; }
+		rps=$(sed -n 's/.* \([0-9]*\) requests\/s.*/\1/p' "$out")
+		if [ "$mode" = sockets ]; then
+			bench_record libcurl_alone "c${MAX_IN_FLIGHT}_sockets" "$round" "$rps"
+			printf '  %-14s round %s  %8.0f requests/s\n' "libcurl, sockets" "$round" "$rps"
+		else
+			bench_record libcurl_alone "c$MAX_IN_FLIGHT" "$round" "$rps"
+			printf '  %-14s round %s  %8.0f requests/s\n' "libcurl alone" "$round" "$rps"
+		fi
+	done
 }
 
 # hang_listener: a socket on a free port of 127.0.0.1 that accepts
