@@ -258,7 +258,9 @@ publish_rows() {
 	echo "|---|---:|---:|"
 	: >"$PLOTS/relay.dat"
 	for row in "receiver_wrk c16 receiver, wrk 16 connections" "receiver_wrk c32 receiver, wrk 32 connections" \
-		"libcurl_alone c16 libcurl alone, 16 in flight, no database" "relay single mode single" "relay single_signed mode single, signed" "relay batch mode batch (1000 per request)"; do
+		"libcurl_alone c16 libcurl alone, 16 in flight, no database" \
+		"libcurl_alone c16_sockets libcurl by its sockets, as the worker drives it" \
+		"relay single mode single" "relay single_signed mode single, signed" "relay batch mode batch (1000 per request)"; do
 		set -- $row
 		fig=$1 case=$2
 		shift 2
