@@ -15,7 +15,10 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
@@ -25,6 +28,27 @@ int			SweepIntervalSecs = 60;
 
 /* How often the child tables are made ahead, at most. */
 #define MAINTAIN_INTERVAL_MS 1000
+
+/*
+ * Locks the extension pg_tide against DROP EXTENSION (AccessShareLock, till
+ * the transaction ends), without waiting; false when it cannot be locked
+ * now or is gone.
+ *
+ * DROP EXTENSION locks the extension first, then its schema and tables.
+ * Making a child went the other way: CREATE TABLE locks the schema tide,
+ * and the worker, holding that, then waited for a lock on the extension
+ * (seen on PostgreSQL 17 while it made a child): the two deadlocked (TAP
+ * 011, test 8, in one CI run). With the extension locked first, before any
+ * of its tables or its schema, the order is the drop's.
+ */
+static bool
+lock_extension(void)
+{
+	Oid			extension = get_extension_oid("pg_tide", true);
+
+	return OidIsValid(extension) &&
+		ConditionalLockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+}
 
 /* Makes the child tables ahead of the ids handed out, when it is due. */
 static void
@@ -38,7 +62,8 @@ maintain_partitions(TimestampTz now)
 	last_maintained = now;
 
 	RelayBeginShortXact("pg_tide relay: making message partitions");
-	if (RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
+	/* while the extension is dropped or changed, nothing is made this turn */
+	if (lock_extension() && RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
 	{
 		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._outbox_partitions_maintain()", 0, NULL),
 							 NULL, NULL, false, 1) != SPI_OK_SELECT)
