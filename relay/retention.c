@@ -62,7 +62,7 @@ maintain_partitions(TimestampTz now)
 	last_maintained = now;
 
 	RelayBeginShortXact("pg_tide relay: making message partitions");
-	/* while the extension is dropped or changed, nothing is made this turn */
+	/* while DROP EXTENSION holds the extension, nothing is made this turn */
 	if (lock_extension() && RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
 	{
 		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._outbox_partitions_maintain()", 0, NULL),
