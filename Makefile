@@ -31,7 +31,7 @@ OBJS = \
 	relay/sinks/webhook.o relay/address.o relay/attempt_log.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
-	relay/config_value.o relay/pipeline_config.o \
+	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o \
 	relay/broker.o relay/send_window.o relay/host_lookup.o

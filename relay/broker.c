@@ -88,11 +88,8 @@ RelayConfigCheckTls(const cJSON *config, cJSON *out)
 
 		if (v == NULL)
 			continue;
-		RelayConfigCheckType(key, v, "string", hint);
-		if (v->valuestring[0] != '/')
-			RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", key, v->valuestring);
-		if (RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
-			RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
+		/* one the role setting the pipeline may have the relay read (config_files.c) */
+		RelayConfigCheckFile(key, v, hint);
 		RelayConfigAddCopy(o, keys[i], v);
 	}
 	if (cJSON_IsObject(tls) &&

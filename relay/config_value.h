@@ -95,4 +95,25 @@ extern PGDLLEXPORT void RelayConfigAddCopy(cJSON *out, const char *name, const c
 /* A new empty object added to out under name. */
 extern PGDLLEXPORT cJSON *RelayConfigAddObject(cJSON *out, const char *name);
 
+/*
+ * config_files.c: the role a config is checked with (RelayNormalizeConfig
+ * sets it; InvalidOid has no rights), whether it is a superuser or has the
+ * privileges of a built-in role, and a file a config names for the relay
+ * to read (a TLS file, a credentials file), refused with 42501 unless that
+ * role may read server files or the file is in pg_tide.secrets_directory.
+ */
+extern PGDLLEXPORT Oid RelayConfigSetRole(Oid role);
+extern PGDLLEXPORT bool RelayConfigRoleHas(Oid builtin);
+extern PGDLLEXPORT void RelayConfigCheckFile(const char *key, const cJSON *v, const char *hint);
+
+/*
+ * config_limits.c: a host name (len bytes of host) of at most 253 bytes
+ * and labels of 1 to 63 (an address is left to the sink's own check), and
+ * a port (len digits) from 1 to 65535, returned.
+ */
+extern PGDLLEXPORT void RelayConfigCheckHost(const char *key, const char *host, size_t len,
+											 const char *hint);
+extern PGDLLEXPORT int RelayConfigCheckPort(const char *key, const char *digits, size_t len,
+											const char *hint);
+
 #endif							/* TIDE_CONFIG_VALUE_H */

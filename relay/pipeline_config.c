@@ -28,6 +28,8 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -335,11 +337,12 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 }
 
 Jsonb *
-RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb)
+RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, Oid role)
 {
 	cJSON	   *volatile config = NULL;
 	cJSON	   *volatile out = NULL;
 	Jsonb	   *volatile result = NULL;
+	volatile Oid role_before;
 
 	if (jb == NULL)
 		ereport(ERROR,
@@ -360,7 +363,11 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb)
 				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
 	}
 
-	/* cJSON allocates with malloc: both trees are freed on every way out */
+	/*
+	 * cJSON allocates with malloc: both trees are freed on every way out,
+	 * and the role the sinks check files with is put back.
+	 */
+	role_before = RelayConfigSetRole(role);
 	PG_TRY();
 	{
 		config = RelayConfigFromJsonb(jb);
@@ -372,6 +379,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb)
 	}
 	PG_FINALLY();
 	{
+		RelayConfigSetRole(role_before);
 		cJSON_Delete(config);
 		cJSON_Delete(out);
 	}
@@ -391,16 +399,58 @@ tide_relay_normalize_config(PG_FUNCTION_ARGS)
 	char	   *outbox = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *group = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
 
-	PG_RETURN_JSONB_P(RelayNormalizeConfig(outbox, group, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2)));
+	PG_RETURN_JSONB_P(RelayNormalizeConfig(outbox, group, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2),
+										   GetUserId()));
+}
+
+/*
+ * The pipeline's owner as the trigger stores it: the role given in the
+ * row when the writer has its privileges (a superuser restoring a dump
+ * keeps every owner; a role may name itself or a role it acts as),
+ * otherwise the writer. So no writer can lend a pipeline rights it has
+ * not got itself.
+ */
+static char *
+row_owner(Datum given, bool given_null)
+{
+	if (!given_null)
+	{
+		char	   *name = TextDatumGetCString(given);
+		Oid			role = get_role_oid(name, true);
+
+		if (superuser() || (OidIsValid(role) && has_privs_of_role(GetUserId(), role)))
+			return name;
+	}
+	return GetUserNameFromId(GetUserId(), false);
+}
+
+/* Whether two configs are the same bytes: an equal config written otherwise (1.0 for 1) is not. */
+static bool
+same_config(Datum a, Datum b)
+{
+	Jsonb	   *x = DatumGetJsonbP(a);
+	Jsonb	   *y = DatumGetJsonbP(b);
+
+	return VARSIZE(x) == VARSIZE(y) && memcmp(x, y, VARSIZE(x)) == 0;
+}
+
+/* Whether two text values, either of which may be NULL, are equal. */
+static bool
+same_text(Datum a, bool a_null, Datum b, bool b_null)
+{
+	if (a_null || b_null)
+		return a_null && b_null;
+	return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
 /*
  * tide._relay_config_check(): the BEFORE INSERT OR UPDATE trigger of
- * tide.relay_outbox_config. It validates the row's name and config as
- * the role that writes the row and stores the config normalised; an
- * UPDATE that leaves the config as it was (enabling, disabling) is not
- * checked again, so a pipeline set by a superuser can still be disabled
- * by an administrator who may not set it.
+ * tide.relay_outbox_config. It stores the row's owner (row_owner) and
+ * validates the row's name and config with the owner's rights, storing
+ * the config normalised; an UPDATE that leaves the name, config and owner
+ * as they were (enabling, disabling) is not checked again, so a pipeline
+ * set by a superuser can still be disabled by an administrator who may
+ * not set it.
  */
 Datum
 tide_relay_config_check(PG_FUNCTION_ARGS)
@@ -410,12 +460,18 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	HeapTuple	tuple;
 	int			name_col;
 	int			config_col;
+	int			owner_col;
 	Datum		config;
 	bool		isnull;
 	Datum		name;
 	bool		name_null;
-	Datum		normalized;
-	bool		normalized_null = false;
+	Datum		owner = (Datum) 0;
+	bool		owner_null = true;
+	int			cols[2];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	int			ncols = 1;
+	Oid			role = GetUserId();
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
@@ -425,28 +481,42 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	name_col = SPI_fnumber(desc, "name");
 	config_col = SPI_fnumber(desc, "config");
+	/* absent while a 0.1.0 catalog is being updated */
+	owner_col = SPI_fnumber(desc, "owner");
 	if (name_col <= 0 || config_col <= 0)
 		elog(ERROR, "tide._relay_config_check() needs the columns name and config");
 
 	config = heap_getattr(tuple, config_col, desc, &isnull);
 	name = heap_getattr(tuple, name_col, desc, &name_null);
+	if (owner_col > 0)
+		owner = heap_getattr(tuple, owner_col, desc, &owner_null);
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && !isnull && !name_null)
 	{
 		bool		old_null;
 		bool		old_name_null;
+		bool		old_owner_null = true;
 		Datum		old = heap_getattr(trigdata->tg_trigtuple, config_col, desc, &old_null);
 		Datum		old_name = heap_getattr(trigdata->tg_trigtuple, name_col, desc, &old_name_null);
-		Jsonb	   *new_config = DatumGetJsonbP(config);
+		Datum		old_owner = owner_col > 0 ?
+			heap_getattr(trigdata->tg_trigtuple, owner_col, desc, &old_owner_null) : (Datum) 0;
 
-		/* byte for byte: an equal config written otherwise (1.0 for 1) is checked */
-		if (!old_null && !old_name_null &&
-			VARSIZE(new_config) == VARSIZE(DatumGetJsonbP(old)) &&
-			memcmp(new_config, DatumGetJsonbP(old), VARSIZE(new_config)) == 0 &&
-			DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, name, old_name)))
+		if (!old_null && !old_name_null && same_config(config, old) &&
+			same_text(owner, owner_null, old_owner, old_owner_null) &&
+			same_text(name, false, old_name, false))
 			return PointerGetDatum(tuple);
 	}
 	TideValidateName("pipeline", name_null ? NULL : TextDatumGetCString(name));
-	normalized = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config)));
-	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, 1, &config_col, &normalized,
-													 &normalized_null));
+	if (owner_col > 0)
+	{
+		char	   *owner_name = row_owner(owner, owner_null);
+
+		role = get_role_oid(owner_name, true);
+		cols[1] = owner_col;
+		values[1] = CStringGetTextDatum(owner_name);
+		ncols = 2;
+	}
+	cols[0] = config_col;
+	values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
+													role));
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, ncols, cols, values, nulls));
 }

@@ -16,6 +16,14 @@
  * while its config stays the same, so an unchanged row is validated once,
  * and a pipeline the worker already serves with that config is not read
  * again (unless its sink reads secrets, which may have changed).
+ *
+ * A row is validated with the rights of its owner (the role that set it,
+ * relay_outbox_config.owner), not the worker's: a file it names is one
+ * its owner may have the relay read (config_files.c). Its "md5" covers
+ * the owner, the owner's rights that validation asks about and
+ * pg_tide.secrets_directory besides the config, so a revoked right or a
+ * dropped owner has the row validated again at the next pass, and the
+ * pipeline closed if it is refused.
  */
 #include "postgres.h"
 
@@ -27,6 +35,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -304,7 +313,7 @@ validated_before(uint64 i, const char *name, const char *md5)
  * memory) is raised again.
  */
 static void
-validate_row(Jsonb *config, ValidatedRow *row)
+validate_row(Jsonb *config, const char *pipeline_owner, ValidatedRow *row)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -313,7 +322,9 @@ validate_row(Jsonb *config, ValidatedRow *row)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		Jsonb	   *normalized = RelayNormalizeConfig(NULL, NULL, config);
+		/* with the owner's rights, not the worker's: a dropped owner has none */
+		Jsonb	   *normalized = RelayNormalizeConfig(NULL, NULL, config,
+													  pipeline_owner ? get_role_oid(pipeline_owner, true) : InvalidOid);
 
 		row->config = JsonbToCString(NULL, &normalized->root, VARSIZE(normalized));
 		ReleaseCurrentSubTransaction();
@@ -362,9 +373,15 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadingIsCurrent i
 		return NIL;
 	SPI_connect();
 	if (SPI_execute_plan(TidePlan(&pipelines_plan,
-								  "SELECT c.name, c.config, pg_catalog.md5(c.config::text),"
-								  "       h.last_error_class OPERATOR(pg_catalog.=) 'config'"
+								  "SELECT c.name, c.config,"
+								  "       pg_catalog.md5(pg_catalog.concat_ws(E'\\n', c.config::text, c.owner,"
+								  "         r.rolsuper,"
+								  "         pg_catalog.pg_has_role(r.oid, 'pg_read_server_files', 'USAGE'),"
+								  "         pg_catalog.pg_has_role(r.oid, 'pg_write_server_files', 'USAGE'),"
+								  "         pg_catalog.current_setting('pg_tide.secrets_directory'))),"
+								  "       h.last_error_class OPERATOR(pg_catalog.=) 'config', c.owner"
 								  "  FROM tide.relay_outbox_config c"
+								  "  LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) c.owner"
 								  "  LEFT JOIN tide.relay_pipeline_health h"
 								  "    ON h.pipeline_id OPERATOR(pg_catalog.=) c.name"
 								  " WHERE c.enabled ORDER BY c.name",
@@ -407,7 +424,8 @@ RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadingIsCurrent i
 				row = *before;
 			else
 			{
-				validate_row(DatumGetJsonbP(SPI_getbinval(tuple, rows->tupdesc, 2, &isnull)), &row);
+				validate_row(DatumGetJsonbP(SPI_getbinval(tuple, rows->tupdesc, 2, &isnull)),
+							 SPI_getvalue(tuple, rows->tupdesc, 5), &row);
 				if (row.error != NULL && serves)
 					pipeline_failed(name, "config", row.error,
 									"Fix its config with tide.relay_set_outbox().");

@@ -6,14 +6,12 @@
  * RelayFileValidate is the sink's validate callback (pipeline_config.c
  * has checked the common keys and refused unknown ones). The relay appends
  * to the file as the server's operating system user, so only those who may
- * write server files may name one: the check runs as the role that sets
- * the pipeline or writes its row.
+ * write server files may name one: the check runs with the rights of the
+ * role that sets the pipeline, or of the pipeline's owner (config_files.c).
  */
 #include "postgres.h"
 
 #include "catalog/pg_authid.h"
-#include "miscadmin.h"
-#include "utils/acl.h"
 
 #include "config_value.h"
 #include "sinks.h"
@@ -26,7 +24,7 @@ RelayFileValidate(const cJSON *config, cJSON *out)
 	const char *hint = "Give \"path\" as an absolute file name such as \"/var/log/pg_tide/orders.jsonl\".";
 	const cJSON *path = cJSON_GetObjectItemCaseSensitive(config, "path");
 
-	if (!superuser() && !is_member_of_role(GetUserId(), ROLE_PG_WRITE_SERVER_FILES))
+	if (!RelayConfigRoleHas(ROLE_PG_WRITE_SERVER_FILES))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to set a file pipeline"),

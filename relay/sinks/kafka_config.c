@@ -68,6 +68,7 @@ check_bootstrap_servers(const cJSON *v)
 	{
 		int			port = atoi(strrchr(s, ':') + 1);
 
+		RelayConfigCheckHost("bootstrap_servers", s, strrchr(s, ':') - s, hint);
 		if (port < 1 || port > 65535)
 			RelayConfigError(hint, "config key \"bootstrap_servers\" has an invalid port: \"%s\"", s);
 	}
@@ -98,6 +99,10 @@ check_topic(const cJSON *v)
 	if (strlen(v->valuestring) > 249)
 		RelayConfigError("A Kafka topic name has at most 249 characters.",
 						 "config key \"topic\" is too long");
+	/* Kafka refuses these two names, which are directories' */
+	if (strcmp(v->valuestring, ".") == 0 || strcmp(v->valuestring, "..") == 0)
+		RelayConfigError("A Kafka topic name cannot be \".\" or \"..\"; give a name such as \"orders\".",
+						 "config key \"topic\" is not a valid topic name: \"%s\"", v->valuestring);
 }
 
 /* auth: {"mechanism": PLAIN|SCRAM-SHA-256|SCRAM-SHA-512, "username", "password"}. */

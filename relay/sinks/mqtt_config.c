@@ -15,10 +15,24 @@
 #include "config_value.h"
 #include "mqtt.h"
 
+/* The longest string of the MQTT protocol (a 2-byte length). */
+#define MQTT_STRING_MAX_BYTES 65535
+
 const char *const RelayMqttConfigKeys[] = {
 	"host", "port", "topic", "qos", "protocol", "client_id", "retain", "max_in_flight",
 	"timeout_ms", "auth", "tls", "body", "batch_size", "retry", "ordering", "ordering_key", NULL
 };
+
+/*
+ * MQTT sends a string (a topic, a client id, a user name) and a password
+ * with a 2-byte length: at most 65,535 bytes.
+ */
+static void
+check_string_length(const char *key, const cJSON *v, const char *hint)
+{
+	if (cJSON_IsString(v) && strlen(v->valuestring) > MQTT_STRING_MAX_BYTES)
+		RelayConfigError(hint, "config key \"%s\" is longer than MQTT's %d bytes", key, MQTT_STRING_MAX_BYTES);
+}
 
 /* A string key that must be present (or not, when !required), non-empty, without control characters. */
 static const cJSON *
@@ -35,6 +49,7 @@ plain_string(const cJSON *config, const char *key, bool required, const char *hi
 		RelayConfigError(hint, "config key \"%s\" must not be empty", key);
 	if (RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
 		RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
+	check_string_length(key, v, hint);
 	return v;
 }
 
@@ -51,6 +66,7 @@ check_topic(const cJSON *config, cJSON *out)
 	if (topic == NULL)
 		RelayConfigError(hint, "config key \"topic\" is missing");
 	RelayConfigCheckTemplate("topic", topic, hint);
+	check_string_length("topic", topic, hint);
 	if (strpbrk(topic->valuestring, "+#") != NULL)
 		RelayConfigError("The wildcards + and # are for subscribing; a message is published to one topic.",
 						 "config key \"topic\" must not contain \"+\" or \"#\": \"%s\"", topic->valuestring);
@@ -76,8 +92,11 @@ check_auth(const cJSON *config, cJSON *out)
 	{
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(auth, *k);
 
-		if (v != NULL)
-			RelayConfigCheckCredential(psprintf("auth.%s", *k), v);
+		if (v == NULL)
+			continue;
+		RelayConfigCheckCredential(psprintf("auth.%s", *k), v);
+		check_string_length(psprintf("auth.%s", *k), v,
+							"Give a user name and password of at most 65,535 bytes each.");
 	}
 	RelayConfigAddCopy(out, "auth", auth);
 }
@@ -94,6 +113,8 @@ RelayMqttValidate(const cJSON *config, cJSON *out)
 	const char *protocol;
 	const char *body;
 
+	RelayConfigCheckHost("host", host->valuestring, strlen(host->valuestring),
+						 "Give \"host\", the name or address of the MQTT broker.");
 	RelayConfigAddCopy(out, "host", host);
 	RelayConfigAddInt(out, "port", RelayConfigInt(config, "port", "port", 1, 65535, MQTT_DEFAULT_PORT));
 	check_topic(config, out);

@@ -22,12 +22,21 @@ const char *const RelayNatsConfigKeys[] = {
 	"batch_size", "retry", "ordering", "ordering_key", NULL
 };
 
+/*
+ * The longest subject: a publish's control line (subject, reply subject
+ * and sizes) must fit in the server's max_control_line, 4,096 bytes by
+ * default.
+ */
+#define NATS_SUBJECT_MAX_BYTES 1024
+
 /* One server URL: nats:// or tls://, a host, an optional port, nothing else. */
 static void
 check_server(const cJSON *v)
 {
 	const char *hint = "Give \"servers\" as \"nats://host:4222\" or a list of such URLs (tls:// for TLS); "
 		"put credentials in \"auth\".";
+	const char *host;
+	size_t		len;
 
 	RelayConfigCheckType("servers", v, "string", hint);
 	if (RelayConfigMatches(v->valuestring, "[[:space:][:cntrl:]]"))
@@ -37,6 +46,12 @@ check_server(const cJSON *v)
 	if (!RelayConfigMatches(v->valuestring,
 							"^(nats|tls)://([A-Za-z0-9._-]+|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$"))
 		RelayConfigError(hint, "config key \"servers\" has an invalid server URL: \"%s\"", v->valuestring);
+	host = strstr(v->valuestring, "://") + 3;
+	len = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":");
+	RelayConfigCheckHost("servers", host, len, hint);
+	/* nats.c's client parses the port into 16 bits: 84387 would be 18851 */
+	if (host[len] == ':')
+		RelayConfigCheckPort("servers", host + len + 1, strlen(host + len + 1), hint);
 }
 
 /*
@@ -55,10 +70,23 @@ check_subject(const cJSON *v)
 		RelayConfigError(hint, "config key \"subject\" is missing");
 	RelayConfigCheckTemplate("subject", v, hint);
 	s = v->valuestring;
+	if (strlen(s) > NATS_SUBJECT_MAX_BYTES)
+		RelayConfigError(hint, "config key \"subject\" is longer than %d bytes", NATS_SUBJECT_MAX_BYTES);
 	if (RelayConfigMatches(s, "[[:space:]*>]"))
 		RelayConfigError(hint, "config key \"subject\" must not contain white space or the wildcards \"*\" and \">\": \"%s\"", s);
 	if (s[0] == '.' || s[strlen(s) - 1] == '.' || strstr(s, "..") != NULL)
 		RelayConfigError(hint, "config key \"subject\" has an empty token: \"%s\"", s);
+}
+
+/*
+ * An absolute file name (a credentials file, a certificate or key) that
+ * the role setting the pipeline may have the relay read (config_files.c).
+ */
+static void
+check_path(const char *key, const cJSON *v)
+{
+	RelayConfigCheckFile(key, v,
+						 psprintf("Give \"%s\" as the absolute name of a file the server can read.", key));
 }
 
 /* auth: {"username", "password"}, {"token"} or {"credentials_file"}. */
@@ -89,20 +117,7 @@ check_auth(const cJSON *auth)
 	if (token != NULL)
 		RelayConfigCheckCredential("auth.token", token);
 	if (creds != NULL)
-		RelayNatsCheckPath("auth.credentials_file", creds);
-}
-
-/* An absolute file name (a credentials file, a certificate or key). */
-void
-RelayNatsCheckPath(const char *key, const cJSON *v)
-{
-	const char *hint = psprintf("Give \"%s\" as the absolute name of a file the server can read.", key);
-
-	RelayConfigCheckType(key, v, "string", hint);
-	if (v->valuestring[0] != '/')
-		RelayConfigError(hint, "config key \"%s\" must be an absolute path: \"%s\"", key, v->valuestring);
-	if (RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
-		RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
+		check_path("auth.credentials_file", creds);
 }
 
 /*
@@ -145,7 +160,7 @@ add_tls(cJSON *out, const cJSON *tls, bool tls_url)
 
 		if (f == NULL)
 			continue;
-		RelayNatsCheckPath(psprintf("tls.%s", keys[i]), f);
+		check_path(psprintf("tls.%s", keys[i]), f);
 		RelayConfigAddCopy(o, keys[i], f);
 	}
 	RelayConfigAddBool(o, "verify", RelayConfigBool(tls, "verify", true));

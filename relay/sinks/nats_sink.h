@@ -11,7 +11,5 @@
 
 extern const char *const RelayNatsConfigKeys[];
 extern void RelayNatsValidate(const cJSON *config, cJSON *out);
-/* Refuses a value that is not an absolute file name (22023, with a hint). */
-extern void RelayNatsCheckPath(const char *key, const cJSON *v);
 
 #endif							/* TIDE_NATS_SINK_H */

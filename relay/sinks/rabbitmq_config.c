@@ -72,6 +72,7 @@ RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 	if (RelayConfigMatches(host->valuestring, "[[:space:]/]"))
 		RelayConfigError(host_hint, "config key \"host\" must be a host name or address, not \"%s\"",
 						 host->valuestring);
+	RelayConfigCheckHost("host", host->valuestring, strlen(host->valuestring), host_hint);
 	RelayConfigAddCopy(out, "host", host);
 	tls = RelayConfigCheckTls(config, out);
 	RelayConfigAddInt(out, "port", RelayConfigInt(config, "port", "port", 1, 65535,

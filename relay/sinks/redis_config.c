@@ -19,6 +19,9 @@
 #include "config_value.h"
 #include "redis.h"
 
+/* The longest stream key (template) a pipeline may name. */
+#define REDIS_STREAM_MAX_BYTES 1024
+
 const char *const RedisConfigKeys[] = {
 	"url", "stream", "maxlen", "max_in_flight", "timeout_ms", "auth", "tls", "body",
 	"batch_size", "retry", "ordering", "ordering_key", NULL
@@ -166,6 +169,7 @@ RedisValidate(const cJSON *config, cJSON *out)
 							 "config key \"url\" must not contain a user name or password");
 		RelayConfigError(url_hint, "config key \"url\" is not a valid Redis URL: %s", why);
 	}
+	RelayConfigCheckHost("url", addr.host, strlen(addr.host), url_hint);
 	RelayConfigAddCopy(out, "url", url);
 
 	if (stream == NULL)
@@ -174,6 +178,10 @@ RedisValidate(const cJSON *config, cJSON *out)
 	RelayConfigCheckTemplate("stream", stream,
 							 "Give \"stream\" as a key such as \"orders\", or a template such as \"orders.{type}\" "
 							 "whose placeholders name headers.");
+	/* a key is sent with every XADD: a long one costs every message */
+	if (strlen(stream->valuestring) > REDIS_STREAM_MAX_BYTES)
+		RelayConfigError("Give \"stream\" as a key of at most 1,024 bytes.",
+						 "config key \"stream\" is longer than %d bytes", REDIS_STREAM_MAX_BYTES);
 	RelayConfigAddCopy(out, "stream", stream);
 
 	maxlen = RelayConfigInt(config, "maxlen", "maxlen", 1, PG_INT32_MAX, 0);

@@ -91,6 +91,7 @@ check_url(const char *url, bool allow_http, bool allow_private)
 		RelayConfigError("Use an https:// URL, or set \"allow_http\": true to send over plain http.",
 						 "config key \"url\" uses plain http");
 	host = url_group(url, m, 3);
+	RelayConfigCheckHost("url", host, strlen(host), hint);
 	host_class = RelayUrlHostClass(host);
 	if (host_class == RELAY_HOST_INVALID)
 		RelayConfigError("Write an IPv6 address in brackets, for example \"https://[2001:db8::1]/hooks\".",

@@ -142,10 +142,12 @@ BEGIN
 				  HINT = 'Each pipeline reads through a consumer group of its own; name another one.';
 	END IF;
 
-	INSERT INTO tide.relay_outbox_config AS c (name, config)
-	VALUES (p_name, cfg)
-	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config
-	 WHERE c.config IS DISTINCT FROM EXCLUDED.config;
+	-- The caller owns the pipeline: the files its config names are
+	-- checked with the caller's rights, now and by the relay worker.
+	INSERT INTO tide.relay_outbox_config AS c (name, config, owner)
+	VALUES (p_name, cfg, current_user)
+	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, owner = EXCLUDED.owner
+	 WHERE c.config IS DISTINCT FROM EXCLUDED.config OR c.owner IS DISTINCT FROM EXCLUDED.owner;
 	-- A changed config (a fixed URL, say) tries the queued messages at once
 	-- (the row's trigger wakes the worker at commit).
 	IF FOUND THEN

@@ -115,10 +115,16 @@ CREATE TABLE tide.tide_inbox_config (
 
 COMMENT ON TABLE tide.tide_inbox_config IS 'Named inbox configurations';
 
+-- owner: the role that last set the pipeline, by name (a dump restores it
+-- by name), whose rights the relay checks the server files the config
+-- names with, when the pipeline is set and at every reading by the worker
+-- (relay/config_files.c); the row's trigger fills it in. NULL, or a role
+-- that no longer exists: no rights.
 CREATE TABLE tide.relay_outbox_config (
 	name		text PRIMARY KEY,
 	enabled		boolean NOT NULL DEFAULT true,
-	config		jsonb NOT NULL
+	config		jsonb NOT NULL,
+	owner		text
 );
 
 COMMENT ON TABLE tide.relay_outbox_config IS 'Forward relay pipeline definitions (outbox to sink)';

@@ -92,3 +92,13 @@ COMMENT ON TABLE tide.tide_outbox_partitions
 	IS 'Child tables of tide_outbox_messages, each holding one range of message ids';
 
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_partitions', '');
+
+-- The role whose rights the server files a pipeline names are checked
+-- with (relay/config_files.c). A 0.1.0 pipeline names no such file (a
+-- file pipeline was checked for pg_write_server_files when it was set), so
+-- it keeps working as the extension's owner's.
+ALTER TABLE tide.relay_outbox_config ADD COLUMN owner text;
+UPDATE tide.relay_outbox_config
+   SET owner = (SELECT r.rolname FROM pg_catalog.pg_extension e
+				  JOIN pg_catalog.pg_roles r ON r.oid = e.extowner
+				 WHERE e.extname = 'pg_tide');
