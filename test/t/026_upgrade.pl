@@ -180,6 +180,11 @@ for my $t (sort keys %$before)
 is(sql('upgraded', q{SELECT string_agg(concat_ws(' ', pipeline_id, held_since, held_until, held_reason,
 		turn_error, turn_error_since, turn_errors), ',') FROM tide.relay_pipeline_health}),
 	'to_file 0', 'relay_pipeline_health: the new columns of an old row say no hold and no error');
+# An old pipeline's owner is the extension's owner, whose rights it keeps.
+is(sql('upgraded', q{SELECT string_agg(c.name || ' ' || (c.owner = r.rolname), ',' ORDER BY c.name)
+		FROM tide.relay_outbox_config c, pg_extension e JOIN pg_roles r ON r.oid = e.extowner
+	   WHERE e.extname = 'pg_tide'}),
+	'hook true,to_file true', 'relay_outbox_config: an old pipeline is owned by the extension\'s owner');
 # The schema: the updated extension is a fresh install.
 is(schema_dump('upgraded'), schema_dump('fresh'),
 	'pg_dump of the updated database equals that of a fresh install');
