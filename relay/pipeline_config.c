@@ -446,8 +446,13 @@ same_text(Datum a, bool a_null, Datum b, bool b_null)
 /*
  * tide._relay_config_check(): the BEFORE INSERT OR UPDATE trigger of
  * tide.relay_outbox_config. It stores the row's owner (row_owner) and
- * validates the row's name and config with the owner's rights, storing
- * the config normalised; an UPDATE that leaves the name, config and owner
+ * validates the row's name and config with the rights of the role that
+ * writes it, storing the config normalised. The owner's rights, which are
+ * never more than the writer's but for a superuser's row naming another
+ * owner, are what the relay worker checks at every reading: a restore by
+ * a superuser into a cluster where an owner has lost a right still
+ * restores the row, which the worker then passes over, saying why. An
+ * UPDATE that leaves the name, config and owner
  * as they were (enabling, disabling) is not checked again, so a pipeline
  * set by a superuser can still be disabled by an administrator who may
  * not set it.
@@ -471,7 +476,6 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	int			ncols = 1;
-	Oid			role = GetUserId();
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
@@ -510,13 +514,12 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	{
 		char	   *owner_name = row_owner(owner, owner_null);
 
-		role = get_role_oid(owner_name, true);
 		cols[1] = owner_col;
 		values[1] = CStringGetTextDatum(owner_name);
 		ncols = 2;
 	}
 	cols[0] = config_col;
 	values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
-													role));
+													GetUserId()));
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, ncols, cols, values, nulls));
 }

@@ -149,9 +149,15 @@ SELECT owner = current_user AS superuser_owns FROM tide.relay_outbox_config WHER
 -- a superuser may write a row naming another owner (a restore does)
 UPDATE tide.relay_outbox_config SET owner = 'regress_lim_admin' WHERE name = 'lim_nats';
 SELECT owner FROM tide.relay_outbox_config WHERE name = 'lim_nats';
--- and the row is checked with that owner's rights
+-- which the relay worker checks the row with (TAP test 051), while the
+-- row is checked with the writer's rights, so that a restore restores it
 REVOKE pg_read_server_files FROM regress_lim_admin;
-SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET owner = 'regress_lim_admin', config = config || '{"timeout_ms": 5000}' WHERE name = 'lim_nats'$$);
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"timeout_ms": 5000}' WHERE name = 'lim_nats'$$);
+SELECT owner, config -> 'timeout_ms' AS timeout_ms FROM tide.relay_outbox_config WHERE name = 'lim_nats';
+-- and that owner, writing the row itself, is checked with its own rights
+SET ROLE regress_lim_admin;
+SELECT pg_temp.try($$UPDATE tide.relay_outbox_config SET config = config || '{"timeout_ms": 6000}' WHERE name = 'lim_nats'$$);
+RESET ROLE;
 
 SELECT tide.relay_delete('lim_nats');
 SELECT tide.relay_delete('lim_hook');
