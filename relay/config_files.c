@@ -98,6 +98,15 @@ has_dot_component(const char *path)
 	return false;
 }
 
+/* The role a config is checked with, as a message names it. */
+static char *
+role_text(void)
+{
+	const char *name = OidIsValid(config_role) ? GetUserNameFromId(config_role, true) : NULL;
+
+	return name ? psprintf("role \"%s\"", name) : pstrdup("a pipeline without an owner");
+}
+
 void
 RelayConfigCheckFile(const char *key, const cJSON *v, const char *hint)
 {
@@ -113,8 +122,8 @@ RelayConfigCheckFile(const char *key, const cJSON *v, const char *hint)
 	if (has_dot_component(v->valuestring) || !in_secrets_directory(v->valuestring))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("config key \"%s\" names a file the relay may not read for this role: \"%s\"",
-						key, v->valuestring),
+				 errmsg("config key \"%s\" names a file the relay may not read for %s: \"%s\"",
+						key, role_text(), v->valuestring),
 				 errdetail("Without the privileges of pg_read_server_files, a pipeline may name only a readable "
 						   "file inside pg_tide.secrets_directory."),
 				 errhint("Put the file in pg_tide.secrets_directory, or have a superuser or a member of "

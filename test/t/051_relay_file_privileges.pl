@@ -13,7 +13,8 @@
 #     connections);
 #  3. the right granted again, the worker opens the pipeline and connects
 #     (so the listener would have seen a connection in 2); revoked while it
-#     is open, the worker closes it and shows the error again.
+#     is open, the worker closes it and shows the error again; a row
+#     without an owner (written with triggers off) has no rights.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -85,7 +86,7 @@ sub set_as
 is(set_as('bob', 'inside', "$secrets/ours.creds"), 'ok',
 	'tide_admin may name a file inside pg_tide.secrets_directory');
 my $outside = set_as('bob', 'outside', $creds);
-like($outside, qr/ERROR:  config key "auth.credentials_file" names a file the relay may not read for this role: "<file>"/,
+like($outside, qr/ERROR:  config key "auth.credentials_file" names a file the relay may not read for role "bob": "<file>"/,
 	'tide_admin may not name an existing 0600 file outside it');
 is(set_as('bob', 'outside', "$elsewhere/missing.creds"), $outside,
 	'and gets the very same error for a missing file: no oracle');
@@ -118,7 +119,7 @@ sub status_error
 		"SELECT coalesce(last_error_class, '') || ': ' || coalesce(last_error, '')
 		   FROM tide.relay_pipeline_status WHERE pipeline = 'tenant'");
 }
-my $refused = qr/^config: config key "auth.credentials_file" names a file the relay may not read for this role/;
+my $refused = qr/^config: config key "auth.credentials_file" names a file the relay may not read for role "alice"/;
 ok(defined wait_until(sub { status_error() =~ $refused }, 30, 100_000),
 	'the worker refuses the pipeline of an owner without the right and shows why')
   or diag(status_error());
@@ -136,6 +137,16 @@ ok(defined wait_until(sub { status_error() !~ $refused }, 30, 100_000), 'and cle
 $node->safe_psql('postgres', 'REVOKE pg_read_server_files FROM alice');
 ok(defined wait_until(sub { status_error() =~ $refused }, 30, 100_000),
 	'revoked while the pipeline is open, the worker closes it and shows the error again')
+  or diag(status_error());
+
+# A row without an owner (written with triggers off) has no rights.
+$node->safe_psql('postgres', qq{
+	GRANT pg_read_server_files TO alice;
+	SET session_replication_role = replica;
+	UPDATE tide.relay_outbox_config SET owner = NULL WHERE name = 'tenant'});
+ok(defined wait_until(sub { status_error() =~ /names a file the relay may not read for a pipeline without an owner/ },
+		30, 100_000),
+	'a pipeline without an owner may not name the file either')
   or diag(status_error());
 
 my $log = slurp_file($node->logfile);
