@@ -452,10 +452,9 @@ same_text(Datum a, bool a_null, Datum b, bool b_null)
  * owner, are what the relay worker checks at every reading: a restore by
  * a superuser into a cluster where an owner has lost a right still
  * restores the row, which the worker then passes over, saying why. An
- * UPDATE that leaves the name, config and owner
- * as they were (enabling, disabling) is not checked again, so a pipeline
- * set by a superuser can still be disabled by an administrator who may
- * not set it.
+ * UPDATE that leaves the name, config and owner as they were (enabling,
+ * disabling) is not checked again, so a pipeline set by a superuser can
+ * still be disabled by an administrator who may not set it.
  */
 Datum
 tide_relay_config_check(PG_FUNCTION_ARGS)

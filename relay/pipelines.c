@@ -318,13 +318,14 @@ validate_row(Jsonb *config, const char *pipeline_owner, ValidatedRow *row)
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 
+	/* with the owner's rights, not the worker's: a dropped owner has none */
+	Oid			rights = pipeline_owner ? get_role_oid(pipeline_owner, true) : InvalidOid;
+
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		/* with the owner's rights, not the worker's: a dropped owner has none */
-		Jsonb	   *normalized = RelayNormalizeConfig(NULL, NULL, config,
-													  pipeline_owner ? get_role_oid(pipeline_owner, true) : InvalidOid);
+		Jsonb	   *normalized = RelayNormalizeConfig(NULL, NULL, config, rights);
 
 		row->config = JsonbToCString(NULL, &normalized->root, VARSIZE(normalized));
 		ReleaseCurrentSubTransaction();
