@@ -122,32 +122,44 @@ relay/worker.o relay/serving.o: pg_tide.control
 # library and built only where that library's pkg-config file (from its
 # Debian -dev package) is installed, so that pg_tide.so never needs a
 # broker library; relay/sinks/sinks.c loads a module when a pipeline names
-# its sink type. <sink>:<pkg-config name> for each:
-# (BROKER_SINKS= from the environment builds none: the Debian package, debian/rules)
-BROKER_SINKS ?= kafka:rdkafka nats:libnats redis:hiredis rabbitmq:librabbitmq mqtt:libmosquitto
-broker_name = $(firstword $(subst :, ,$(1)))
-broker_pc = $(lastword $(subst :, ,$(filter $(1):%,$(BROKER_SINKS))))
+# its sink type. <sink>:<pkg-config name>:<Debian -dev package> for each
+# (BROKER_SINKS= from the environment builds none):
+BROKER_SINKS ?= kafka:rdkafka:librdkafka-dev nats:libnats:libnats-dev redis:hiredis:libhiredis-dev \
+	rabbitmq:librabbitmq:librabbitmq-dev mqtt:libmosquitto:libmosquitto-dev
+PKG_CONFIG ?= pkg-config
+broker_field = $(word $(2),$(subst :, ,$(1)))
+broker_entry = $(filter $(1):%,$(BROKER_SINKS))
+broker_pc = $(call broker_field,$(call broker_entry,$(1)),2)
+broker_dev = $(call broker_field,$(call broker_entry,$(1)),3)
+# Without pkg-config (Debian's pkgconf) no broker library is found at all.
+HAVE_PKG_CONFIG := $(shell command -v $(PKG_CONFIG) >/dev/null 2>&1 && echo y)
 # the sinks whose sources exist and whose library is installed
-BROKER_BUILT := $(foreach b,$(BROKER_SINKS),$(if $(wildcard $(srcdir)/relay/sinks/$(call broker_name,$(b)).c),$(if $(shell pkg-config --exists $(lastword $(subst :, ,$(b))) && echo y),$(call broker_name,$(b)))))
-BROKER_SKIPPED := $(filter-out $(BROKER_BUILT),$(foreach b,$(BROKER_SINKS),$(call broker_name,$(b))))
+BROKER_BUILT := $(foreach b,$(BROKER_SINKS),$(if $(wildcard $(srcdir)/relay/sinks/$(call broker_field,$(b),1).c),$(if $(HAVE_PKG_CONFIG),$(if $(shell $(PKG_CONFIG) --exists $(call broker_field,$(b),2) && echo y),$(call broker_field,$(b),1)))))
+BROKER_SKIPPED := $(filter-out $(BROKER_BUILT),$(foreach b,$(BROKER_SINKS),$(call broker_field,$(b),1)))
 BROKER_MODULES = $(patsubst %,pg_tide_%$(DLSUFFIX),$(BROKER_BUILT))
 BROKER_OBJS = $(foreach b,$(BROKER_BUILT),relay/sinks/$(b).o relay/sinks/$(b)_config.o)
 
 all: $(BROKER_MODULES) broker-sinks-report
 install: install-broker-sinks
 
+# Why sink $(1) is not built, for its warning.
+broker_skip_reason = $(if $(wildcard $(srcdir)/relay/sinks/$(1).c),$(if $(HAVE_PKG_CONFIG),its client library's headers are not installed ($(PKG_CONFIG) finds no $(call broker_pc,$(1)).pc): install Debian's $(call broker_dev,$(1)),$(PKG_CONFIG) is not installed: install Debian's pkgconf and $(call broker_dev,$(1))),relay/sinks/$(1).c does not exist)
+
 .PHONY: broker-sinks-report install-broker-sinks
+# One line of what was built, and a warning on stderr for each sink skipped:
+# a server without a module refuses that sink's pipelines.
 broker-sinks-report:
-	@echo "pg_tide: broker sinks built: $(or $(strip $(BROKER_BUILT)),none); skipped (no source, or its client library's -dev package is not installed): $(or $(strip $(BROKER_SKIPPED)),none)"
+	@echo "pg_tide: broker sinks built: $(or $(strip $(BROKER_BUILT)),none); skipped: $(or $(strip $(BROKER_SKIPPED)),none)"
+	@$(foreach b,$(BROKER_SKIPPED),echo "WARNING: pg_tide: the $(b) sink (pg_tide_$(b)$(DLSUFFIX)) is not built: $(call broker_skip_reason,$(b))" >&2;) true
 
 install-broker-sinks: $(BROKER_MODULES)
 	$(if $(BROKER_MODULES),$(INSTALL_SHLIB) $(BROKER_MODULES) '$(DESTDIR)$(pkglibdir)/')
 
 # The broker's headers and library from its pkg-config file.
 $(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
-relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell pkg-config --cflags $(call broker_pc,$*) 2>/dev/null)
+relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell $(PKG_CONFIG) --cflags $(call broker_pc,$*) 2>/dev/null)
 pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
-	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell pkg-config --libs $(call broker_pc,$*))
+	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell $(PKG_CONFIG) --libs $(call broker_pc,$*))
 
 # The redis sink's tests read streams with a real client (test/brokers/redis_read.c).
 test/brokers/redis_read: test/brokers/redis_read.c

@@ -17,13 +17,15 @@ export PGHOST=$TIDE_CLUSTER PGPORT=$TIDE_PORT PGUSER=postgres
 
 log() { printf '\n== %s\n' "$*"; }
 
-# Debian packages the build and the tests need (libmicrohttpd-dev for
-# test/receiver, the webhook receiver of the TAP tests and the demo;
-# libpg-query-dev for test/sql_names, which checks the C code's SQL; the
-# brokers' libraries and servers).
+# Debian packages the build and the tests need (pkgconf: the Makefile asks
+# pkg-config for the brokers' flags; libmicrohttpd-dev for test/receiver,
+# the webhook receiver of the TAP tests and the demo; libpg-query-dev for
+# test/sql_names, which checks the C code's SQL; the brokers' libraries and
+# servers). test/quick-start-chroot.sh checks that a clean Debian 12 needs
+# nothing more.
 # test/run-in-chroot.sh installs the same ones into its chroots.
 tide_packages() {
-	echo build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR \
+	echo build-essential pkgconf postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR \
 		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl \
 		libmicrohttpd-dev libpg-query-dev $(tide_broker_packages)
 }
