@@ -34,9 +34,28 @@ if [ "${1:-}" = --prepare ]; then
 fi
 
 usage="usage: $0 <postgresql-N-pg-tide_*.deb> [<postgresql-N-pg-tide-redis_*.deb>]"
-deb=$(readlink -f "${1:?$usage}")
+[ $# -ge 1 ] && [ $# -le 2 ] || {
+	echo "$usage" >&2
+	exit 2
+}
+# The packages, in any order, known by their names.
+deb=
 redis_deb=
-[ -z "${2:-}" ] || redis_deb=$(readlink -f "$2")
+for d in "$@"; do
+	d=$(readlink -f "$d")
+	case "$(dpkg-deb -f "$d" Package)" in
+	postgresql-*-pg-tide) deb=$d ;;
+	postgresql-*-pg-tide-redis) redis_deb=$d ;;
+	*)
+		echo "$d is neither postgresql-N-pg-tide nor postgresql-N-pg-tide-redis" >&2
+		exit 2
+		;;
+	esac
+done
+[ -n "$deb" ] || {
+	echo "$usage" >&2
+	exit 2
+}
 name=$(dpkg-deb -f "$deb" Package)
 major=$(sed -n 's/^postgresql-\([0-9]\+\)-pg-tide$/\1/p' <<<"$name")
 [ -n "$major" ] || {

@@ -4,7 +4,7 @@
 #
 #   test/run-in-chroot.sh <pg-major> prepare   debootstrap and apt (no tests)
 #   test/run-in-chroot.sh <pg-major> test      test/run-tests.sh inside
-#   test/run-in-chroot.sh <pg-major> package   build postgresql-N-pg-tide inside
+#   test/run-in-chroot.sh <pg-major> package   build the packages inside (test/build-package.sh)
 #
 # Steps can be combined (17 prepare test package). Run as root. The chroot
 # is $TIDE_CHROOT_BASE/<suite>-pg<major> and is reused when it holds the
