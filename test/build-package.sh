@@ -19,8 +19,11 @@ build=$(mktemp -d /tmp/pg_tide_deb.XXXXXX)
 trap 'rm -rf "$build"' EXIT
 
 mkdir "$build/pg-tide"
+# <outdir> inside the checkout (debs, say) holds earlier builds: not copied.
+skip_out=()
+[ "${out#"$root"/}" = "$out" ] || skip_out=(--exclude="./${out#"$root"/}")
 tar -C "$root" --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
-	--exclude=test/receiver --exclude=test/sql_names -cf - . | tar -C "$build/pg-tide" -xf -
+	--exclude=test/receiver --exclude=test/sql_names "${skip_out[@]}" -cf - . | tar -C "$build/pg-tide" -xf -
 cd "$build/pg-tide"
 
 # Runs apt-get $@ (as root) without questions, updating apt's lists first
@@ -38,6 +41,10 @@ if [ "$(id -u)" -eq 0 ]; then
 	pg_buildext updatecontrol
 	apt_get build-dep ./
 else
+	command -v pg_buildext >/dev/null || {
+		echo "pg_buildext is missing: install postgresql-server-dev-all, or run this as root" >&2
+		exit 1
+	}
 	pg_buildext updatecontrol
 fi
 dpkg-checkbuilddeps
