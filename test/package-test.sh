@@ -34,10 +34,10 @@ if [ "${1:-}" = --prepare ]; then
 fi
 
 usage="usage: $0 <postgresql-N-pg-tide_*.deb> [<postgresql-N-pg-tide-redis_*.deb>]"
-[ $# -ge 1 ] && [ $# -le 2 ] || {
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 	echo "$usage" >&2
 	exit 2
-}
+fi
 # The packages, in any order, known by their names.
 deb=
 redis_deb=
