@@ -315,10 +315,11 @@ extern char *RelayReadSecretRef(const char *marked, char **error);
 
 /* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
-							const RelayMessageOutcome *o, TimestampTz until, int holds);
+							const RelayMessageOutcome *o, TimestampTz until, int holds,
+							RelayRepeat *log);
 extern void RelayRecordTurnError(const char *pipeline, const char *message, int errors,
-								 TimestampTz until);
-extern void RelayRecordTurnOk(const char *pipeline);
+								 TimestampTz until, RelayRepeat *log);
+extern void RelayRecordTurnOk(const char *pipeline, RelayRepeat *log);
 extern bool RelayForgetPipelineStates(List *pipelines);
 
 /* worker.c */

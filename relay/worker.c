@@ -244,6 +244,7 @@ typedef struct PipelineState
 	int			errors;			/* steps in a row that ended with an ERROR */
 	RelayRepeat held_log;		/* the hold, as the log tells it (log_repeat.c) */
 	RelayRepeat errors_log;		/* the ERRORs in a row, as the log tells them */
+	RelayRepeat record_log;		/* failures to record its state (pipeline_state.c) */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
 	RelayPacing pacing;			/* rate limit and circuit breaker */
 	TimestampTz paced_until;	/* the pacing lets it send again then; 0: now */
@@ -491,7 +492,7 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 						   timestamptz_to_str(st->held_log.since)),
 				 errhint("The pipeline tries again in %ld ms.", delay)));
 	/* For relay_pipeline_status (pipeline_state.c). */
-	RelayRecordHold(p, m, o, st->held_until, st->holds);
+	RelayRecordHold(p, m, o, st->held_until, st->holds, &st->record_log);
 }
 
 /*
@@ -761,7 +762,7 @@ static void
 turn_ok(PipelineState *st)
 {
 	if (st->errors > 0)
-		RelayRecordTurnOk(st->name);
+		RelayRecordTurnOk(st->name, &st->record_log);
 	end_errors(st, "its last step ended without an error");
 }
 
@@ -1313,7 +1314,8 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 							   unlogged, unlogged == 1 ? "" : "s", st->errors,
 							   timestamptz_to_str(st->errors_log.since), delay)));
 		/* For relay_pipeline_status (pipeline_state.c); never raises. */
-		RelayRecordTurnError(st->name, edata->message, st->errors, st->held_until);
+		RelayRecordTurnError(st->name, edata->message, st->errors, st->held_until,
+							 &st->record_log);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
