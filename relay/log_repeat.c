@@ -24,11 +24,12 @@
 #define RELAY_REPEAT_LOG_MS		60000
 
 /*
- * Notes that the condition happened once more. Returns true when this time
- * is to be logged: the first, or the first a minute or more after the last
- * line; *unlogged is then how many times since the last line were not.
+ * Notes that the condition happened once more, and says what the log says
+ * of it: that it starts (the first time), that it goes on (the first time
+ * a minute or more after the last line: *unlogged is then how many times
+ * since that line were not logged), or nothing.
  */
-bool
+RelayRepeatLine
 RelayRepeatNote(RelayRepeat *r, int64 *unlogged)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -40,7 +41,7 @@ RelayRepeatNote(RelayRepeat *r, int64 *unlogged)
 		r->logged_at = now;
 		r->times = 1;
 		r->unlogged = 0;
-		return true;
+		return RELAY_REPEAT_FIRST;
 	}
 	r->times++;
 	/* a clock set back logs at once rather than never */
@@ -48,12 +49,12 @@ RelayRepeatNote(RelayRepeat *r, int64 *unlogged)
 		!TimestampDifferenceExceeds(r->logged_at, now, RELAY_REPEAT_LOG_MS))
 	{
 		r->unlogged++;
-		return false;
+		return RELAY_REPEAT_QUIET;
 	}
 	*unlogged = r->unlogged;
 	r->unlogged = 0;
 	r->logged_at = now;
-	return true;
+	return RELAY_REPEAT_AGAIN;
 }
 
 /*

@@ -129,6 +129,7 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int64		unlogged;
+	RelayRepeatLine line;
 
 	if (pacing_rate(p) > 0)
 		pc->tokens -= sent;
@@ -163,16 +164,15 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 		pc->breaker = RELAY_BREAKER_OPEN;
 		pc->breaker_until = TimestampTzPlusMilliseconds(now, pc->cooldown_ms);
 		/* once when it first opens, then at most once a minute (log_repeat.c) */
-		if (!RelayRepeatNote(&pc->opened, &unlogged))
-			;
-		else if (pc->opened.times == 1)
+		line = RelayRepeatNote(&pc->opened, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker open after %d failed attempts in a row",
 							p->name, pc->failures_in_row),
 					 errdetail("Nothing is sent for %ld ms; then one message is sent as a probe.",
 							   pc->cooldown_ms),
 					 errhint("Until a probe succeeds, its openings are logged at most once a minute.")));
-		else
+		else if (line == RELAY_REPEAT_AGAIN)
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker open again, a probe failed",
 							p->name),

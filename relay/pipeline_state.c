@@ -63,6 +63,7 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 	volatile bool done = false;
 	int64		times;
 	int64		unlogged;
+	RelayRepeatLine line;
 	TimestampTz since;
 
 	PG_TRY();
@@ -87,14 +88,13 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 		/* in a group of records (xact.c), only this one is undone */
 		RelayAbortShortXact();
 		MemoryContextSwitchTo(cxt);
-		if (!RelayRepeatNote(log, &unlogged))
-			;
-		else if (log->times == 1)
+		line = RelayRepeatNote(log, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
 			ereport(LOG,
 					(errmsg("pg_tide relay could not record %s: %s", what, edata->message),
 					 errdetail("relay_pipeline_status may not show it until the next change."),
 					 errhint("Until a record works again, this is logged at most once a minute.")));
-		else
+		else if (line == RELAY_REPEAT_AGAIN)
 			ereport(LOG,
 					(errmsg("pg_tide relay still cannot record %s: %s", what, edata->message),
 					 errdetail(INT64_FORMAT " more failure%s since the last line; " INT64_FORMAT " since %s.",

@@ -133,6 +133,14 @@ typedef struct RelayRepeat
 	int64		unlogged;		/* how often since its last line, not logged */
 } RelayRepeat;
 
+/* What the log says of one more time of a condition (log_repeat.c). */
+typedef enum RelayRepeatLine
+{
+	RELAY_REPEAT_QUIET,			/* nothing: a line was written less than a minute ago */
+	RELAY_REPEAT_FIRST,			/* that it starts */
+	RELAY_REPEAT_AGAIN			/* that it goes on, with how often since the last line */
+} RelayRepeatLine;
+
 /* A pipeline's rate limit and breaker, in the worker's memory (pacing.c). */
 typedef struct RelayPacing
 {
@@ -245,7 +253,7 @@ extern int	RelayOrderingParked(const RelayMessage *msgs, int n, const int *after
 extern void RelaySweepOutboxes(void);
 
 /* log_repeat.c */
-extern bool RelayRepeatNote(RelayRepeat *r, int64 *unlogged);
+extern RelayRepeatLine RelayRepeatNote(RelayRepeat *r, int64 *unlogged);
 extern bool RelayRepeatEnd(RelayRepeat *r, int64 *times, TimestampTz *since);
 
 /* worker_memory.c */

@@ -463,6 +463,7 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 		(p->strict && st->holds + 1 >= p->retry_max_attempts);
 	long		delay;
 	int64		unlogged;
+	RelayRepeatLine line;
 
 	st->holds++;
 	st->held_at = m->id;
@@ -470,9 +471,8 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 	/* No delay (a file sink): the next look (a commit, the naptime) retries. */
 	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
 	/* once when it begins, then at most once a minute (log_repeat.c) */
-	if (!RelayRepeatNote(&st->held_log, &unlogged))
-		;
-	else if (st->held_log.times == 1)
+	line = RelayRepeatNote(&st->held_log, &unlogged);
+	if (line == RELAY_REPEAT_FIRST)
 		ereport(LOG,
 				(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s",
 						p->name, m->id, o->error),
@@ -483,7 +483,7 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 						   o->error_class, st->holds),
 				 errhint("The pipeline tries again in %ld ms. Until the hold ends, this is logged at most once a minute.",
 						 delay)));
-	else
+	else if (line == RELAY_REPEAT_AGAIN)
 		ereport(LOG,
 				(errmsg("pg_tide relay pipeline \"%s\" is still held at message " INT64_FORMAT ": %s",
 						p->name, m->id, o->error),
@@ -1287,6 +1287,7 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 		ErrorData  *edata;
 		long		delay;
 		int64		unlogged;
+		RelayRepeatLine line;
 
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
@@ -1297,16 +1298,15 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 		end_operation(st, true);
 		delay = hold_after_error(st);
 		/* once when they begin, then at most once a minute (log_repeat.c) */
-		if (!RelayRepeatNote(&st->errors_log, &unlogged))
-			;
-		else if (st->errors_log.times == 1)
+		line = RelayRepeatNote(&st->errors_log, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
 							st->name, edata->message),
 					 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
 							   delay, st->errors),
 					 errhint("Until a pass ends without an error, this is logged at most once a minute.")));
-		else
+		else if (line == RELAY_REPEAT_AGAIN)
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\" still stops after an error: %s",
 							st->name, edata->message),
