@@ -708,8 +708,6 @@ SQL
 	bench_record worker_memory_kb "fan-out, at rest before it" "$round" "$mem_rest"
 	bench_record worker_memory_kb "fan-out, right after it" "$round" "$mem_burst"
 	bench_record worker_memory_kb "fan-out, ${FANOUT_SETTLE_SECONDS} s after it" "$round" "$mem_settled"
-	bench_record relay_fanout "worker memory ${FANOUT_SETTLE_SECONDS} s after / at rest (target <= 2)" "$round" \
-		"$(awk "BEGIN { print $mem_settled / $mem_rest }")"
 	printf '  %-22s round %s  worker memory %d kB at rest, %d kB right after, %d kB %d s after (%.2f times at rest)\n' \
 		"fan-out" "$round" "$mem_rest" "$mem_burst" "$mem_settled" "$FANOUT_SETTLE_SECONDS" \
 		"$(awk "BEGIN { print $mem_settled / $mem_rest }")"
