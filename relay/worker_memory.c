@@ -16,7 +16,9 @@
  * in flight for RELAY_IDLE_TRIM_MS after delivering, malloc_trim(0) returns
  * every free page of every arena (the broker libraries' threads have arenas
  * of their own). Not sooner: a steady stream with short pauses would pay for
- * faulting its pages in again after each, which keep-freed avoids.
+ * faulting its pages in again after each, which keep-freed avoids. The trim
+ * runs in the loop and is short: 75 ms for the 500 MB of that fan-out, once,
+ * and well under a millisecond for a heap of a few megabytes.
  */
 #include "postgres.h"
 
