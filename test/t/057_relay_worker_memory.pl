@@ -45,12 +45,13 @@ $node->safe_psql('postgres', qq{
 });
 my $pid;
 ok(defined wait_until(sub {
-	$pid = $node->safe_psql('postgres', q{SELECT pid FROM tide.relay_workers() WHERE database = 'postgres'});
+	$pid = $node->safe_psql('postgres',
+		"SELECT pid FROM tide.relay_workers() WHERE database = 'postgres' AND pipelines = $pipelines");
 	return $pid =~ /^\d+$/;
-}, 30), 'a relay worker runs');
+}, 30), "a relay worker serves the $pipelines pipelines");
 
 # At rest: the pipelines are read and have looked for work a few times.
-sleep(6);
+sleep(4);
 my $rest = worker_kb($pid);
 ok(defined $rest && $rest > 0, 'the worker\'s resting memory can be read');
 note("at rest: $rest kB");
