@@ -345,6 +345,35 @@ pipeline_state(const char *name)
 	return st;
 }
 
+/* Logs that a pipeline's hold is over (`why`), if the log said it began. */
+static void
+log_hold_over(PipelineState *st, const char *why)
+{
+	int64		times;
+	TimestampTz since;
+
+	if (RelayRepeatEnd(&st->held_log, &times, &since))
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is no longer held: %s",
+						st->name, why),
+				 errdetail("It was held since %s, after " INT64_FORMAT " failed attempt%s.",
+						   timestamptz_to_str(since), times, times == 1 ? "" : "s")));
+}
+
+/* Logs that a pipeline's ERRORs in a row are over (`why`), if the log said they began. */
+static void
+log_errors_over(PipelineState *st, const char *why)
+{
+	int64		times;
+	TimestampTz since;
+
+	if (RelayRepeatEnd(&st->errors_log, &times, &since))
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" works again: %s", st->name, why),
+				 errdetail("Its steps ended in an error " INT64_FORMAT " time%s in a row since %s.",
+						   times, times == 1 ? "" : "s", timestamptz_to_str(since))));
+}
+
 /*
  * Ends a pipeline's hold: a batch went through, the destination asked to
  * be disabled, or the config changed (`why`). The one place where a hold
@@ -355,36 +384,20 @@ pipeline_state(const char *name)
 static void
 end_hold(PipelineState *st, const char *why)
 {
-	int64		times;
-	TimestampTz since;
-
 	st->held_until = 0;
 	st->holds = 0;
-	if (RelayRepeatEnd(&st->held_log, &times, &since))
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is no longer held: %s",
-						st->name, why),
-				 errdetail("It was held since %s, after " INT64_FORMAT " failed attempt%s.",
-						   timestamptz_to_str(since), times, times == 1 ? "" : "s")));
+	log_hold_over(st, why);
 }
 
 /*
  * A pipeline's step or record ended without an ERROR after steps that
- * did, or its config changed (`why`): the log, which said when the
- * ERRORs began, says that they are over.
+ * did, or its config changed (`why`): its ERRORs in a row are over.
  */
 static void
 end_errors(PipelineState *st, const char *why)
 {
-	int64		times;
-	TimestampTz since;
-
-	if (RelayRepeatEnd(&st->errors_log, &times, &since))
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" works again: %s", st->name, why),
-				 errdetail("Its steps ended in an error " INT64_FORMAT " time%s in a row since %s.",
-						   times, times == 1 ? "" : "s", timestamptz_to_str(since))));
 	st->errors = 0;
+	log_errors_over(st, why);
 }
 
 /* Ends a reading of a pipeline: its sink's state, then its memory. */
@@ -1662,6 +1675,9 @@ read_pipelines(void)
 			{
 				release_pipeline(st->p);
 				st->p = NULL;
+				/* what the log said of it must not go on forever (log_repeat.c) */
+				log_hold_over(st, "this worker no longer serves it (disabled, deleted or moved)");
+				log_errors_over(st, "this worker no longer serves it (disabled, deleted or moved)");
 			}
 		}
 	}

@@ -6,7 +6,8 @@
 # pipelines to a closed port (retries every 100 to 300 ms) and one with a
 # breaker that opens after one failure (cooldown 100 ms) for 20 s: each
 # writes at most a few lines; then the destination comes up, every
-# message is delivered and each pipeline's log says its hold is over.
+# message is delivered and each pipeline's log says its hold is over. A
+# fourth held pipeline, disabled, has its hold logged as over too.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -23,16 +24,18 @@ my $t_start = time();
 my $dir = PostgreSQL::Test::Utils::tempdir;
 # Its port is free and nothing listens there until it starts.
 my $rcv = PgTide::Receiver->new(dir => $dir);
+# One that never starts, for a pipeline disabled while held.
+my $never = PgTide::Receiver->new(dir => $dir);
 my $node = tide_node('log_throttle', "pg_tide.relay_naptime_ms = 200\n");
 my $json = JSON::PP->new->canonical;
 my @held = qw(down1 down2 down3);
 
 $node->safe_psql('postgres', "SELECT tide.outbox_create('orders')");
-for my $name (@held, 'brk')
+for my $name (@held, 'brk', 'gone')
 {
 	my $cfg = $json->encode({
 		sink_type => 'webhook',
-		url => $rcv->url("/$name"),
+		url => ($name eq 'gone' ? $never : $rcv)->url("/$name"),
 		allow_http => JSON::PP::true,
 		allow_private_network => JSON::PP::true,
 		retry => { base_ms => 100, cap_ms => 300 },
@@ -58,7 +61,7 @@ like((lines_of('down1'))[0], qr/pipeline "down1" is held at message $ids[0]: .*c
 my $t_down = time();
 sleep(20);
 my $seconds = time() - $t_down;
-for my $name (@held)
+for my $name (@held, 'gone')
 {
 	my @lines = lines_of($name);
 	cmp_ok(scalar(@lines), '<=', 2, "pipeline $name held for ${\ int($seconds)} s: at most 2 LOG lines")
@@ -100,6 +103,12 @@ ok(defined wait_until(sub {
 	slurp_file($node->logfile, $log_offset) =~ /pipeline "brk": circuit breaker closed, the probe succeeded\n.*DETAIL:  It opened (\d+) times since/
 	  && $1 >= 5;
 }, 10), 'the breaker\'s closing says how often it opened (at least 5 times)');
+
+# A held pipeline disabled: the log does not leave its hold open.
+$node->safe_psql('postgres', "SELECT tide.relay_disable('gone')");
+ok(defined wait_until(sub {
+	slurp_file($node->logfile, $log_offset) =~ /pipeline "gone" is no longer held: this worker no longer serves it/ }, 10),
+	'a held pipeline disabled: the log says its hold is over for this worker');
 
 note(sprintf('test took %.1f s', time() - $t_start));
 $rcv->stop;
