@@ -345,33 +345,39 @@ pipeline_state(const char *name)
 	return st;
 }
 
-/* Logs that a pipeline's hold is over (`why`), if the log said it began. */
+/*
+ * Logs that a condition of pipeline `name` the log said began is over:
+ * `what` (is no longer held, works again) because of `why`, with since
+ * when and how many times (`one`, `many`: what a time is called).
+ */
 static void
-log_hold_over(PipelineState *st, const char *why)
+log_over(const char *name, RelayRepeat *r, const char *what, const char *why,
+		 const char *one, const char *many)
 {
 	int64		times;
 	TimestampTz since;
 
-	if (RelayRepeatEnd(&st->held_log, &times, &since))
+	if (RelayRepeatEnd(r, &times, &since))
 		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" is no longer held: %s",
-						st->name, why),
-				 errdetail("It was held since %s, after " INT64_FORMAT " failed attempt%s.",
-						   timestamptz_to_str(since), times, times == 1 ? "" : "s")));
+				(errmsg("pg_tide relay pipeline \"%s\" %s: %s", name, what, why),
+				 errdetail("Since %s: " INT64_FORMAT " %s.",
+						   timestamptz_to_str(since), times, times == 1 ? one : many)));
+}
+
+/* Logs that a pipeline's hold is over (`why`), if the log said it began. */
+static void
+log_hold_over(PipelineState *st, const char *why)
+{
+	log_over(st->name, &st->held_log, "is no longer held", why,
+			 "failed attempt", "failed attempts");
 }
 
 /* Logs that a pipeline's ERRORs in a row are over (`why`), if the log said they began. */
 static void
 log_errors_over(PipelineState *st, const char *why)
 {
-	int64		times;
-	TimestampTz since;
-
-	if (RelayRepeatEnd(&st->errors_log, &times, &since))
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" works again: %s", st->name, why),
-				 errdetail("Its steps ended in an error " INT64_FORMAT " time%s in a row since %s.",
-						   times, times == 1 ? "" : "s", timestamptz_to_str(since))));
+	log_over(st->name, &st->errors_log, "works again", why,
+			 "step ended in an error", "steps in a row ended in an error");
 }
 
 /*

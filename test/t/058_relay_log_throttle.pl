@@ -96,7 +96,7 @@ ok(defined wait_until(sub {
 }, 10), 'each held pipeline\'s log says its hold is over');
 for my $name (@held)
 {
-	my ($attempts) = $log =~ /pipeline "$name" is no longer held: its destination answers again\n.*DETAIL:  It was held since [^,]+, after (\d+) failed attempts/;
+	my ($attempts) = $log =~ /pipeline "$name" is no longer held: its destination answers again\n.*DETAIL:  Since [^:]+:[^:]+:[^:]+: (\d+) failed attempts\./;
 	cmp_ok($attempts // 0, '>=', 10, "pipeline $name: the line says how many attempts failed (at least 10 in 20 s)");
 }
 ok(defined wait_until(sub {
