@@ -10,9 +10,10 @@
  * in again: 12% of a worker's time delivering to Redis (perf). So while it
  * delivers the worker keeps what it frees (RelayKeepFreedMemory). But a
  * burst (100 messages fanned out to 1,000 webhook pipelines) frees far more
- * than one batch: glibc kept it all, 552 MB of the worker's private memory
- * for good, since nothing trims the heap below its top and pages freed in
- * the middle of it are never returned. So once the worker has had no batch
+ * than one batch, and glibc kept it: over 500 MB of the worker's private
+ * memory for good, since free() gives back only a free top of the heap
+ * larger than M_TRIM_THRESHOLD, never the pages freed below a chunk still
+ * in use. So once the worker has had no batch
  * in flight for RELAY_IDLE_TRIM_MS after delivering, malloc_trim(0) returns
  * every free page of every arena (the broker libraries' threads have arenas
  * of their own). Not sooner: a steady stream with short pauses would pay for
