@@ -121,6 +121,26 @@ typedef enum RelayBreakerState
 	RELAY_BREAKER_HALF_OPEN
 } RelayBreakerState;
 
+/*
+ * A condition of a pipeline that repeats while it lasts (a hold, turns that
+ * end in an ERROR, a breaker that opens), as the log tells it (log_repeat.c).
+ */
+typedef struct RelayRepeat
+{
+	TimestampTz since;			/* when it started; 0: it is not going on */
+	TimestampTz logged_at;		/* its last line */
+	int64		times;			/* how often it happened since it started */
+	int64		unlogged;		/* how often since its last line, not logged */
+} RelayRepeat;
+
+/* What the log says of one more time of a condition (log_repeat.c). */
+typedef enum RelayRepeatLine
+{
+	RELAY_REPEAT_QUIET,			/* nothing: a line was written less than a minute ago */
+	RELAY_REPEAT_FIRST,			/* that it starts */
+	RELAY_REPEAT_AGAIN			/* that it goes on, with how often since the last line */
+} RelayRepeatLine;
+
 /* A pipeline's rate limit and breaker, in the worker's memory (pacing.c). */
 typedef struct RelayPacing
 {
@@ -130,6 +150,7 @@ typedef struct RelayPacing
 	int			failures_in_row;
 	TimestampTz breaker_until;	/* open: when it turns half-open */
 	long		cooldown_ms;	/* the last cooldown; doubles while probes fail */
+	RelayRepeat opened;			/* from its first opening to its closing, for the log */
 } RelayPacing;
 
 /* An enabled pipeline as a pass read it from relay_outbox_config. */
@@ -231,6 +252,14 @@ extern int	RelayOrderingParked(const RelayMessage *msgs, int n, const int *after
 /* retention.c */
 extern void RelaySweepOutboxes(void);
 
+/* log_repeat.c */
+extern RelayRepeatLine RelayRepeatNote(RelayRepeat *r, int64 *unlogged);
+extern bool RelayRepeatEnd(RelayRepeat *r, int64 *times, TimestampTz *since);
+
+/* worker_memory.c */
+extern void RelayKeepFreedMemory(void);
+extern void RelayReturnMemoryWhenIdle(int in_flight, long *timeout);
+
 /* pacing.c */
 extern const char *RelayBreakerStateName(const RelayPipeline *p, const RelayPacing *pc);
 extern int	RelayPacingAllowance(const RelayPipeline *p, RelayPacing *pc, int want,
@@ -294,10 +323,11 @@ extern char *RelayReadSecretRef(const char *marked, char **error);
 
 /* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
-							const RelayMessageOutcome *o, TimestampTz until, int holds);
+							const RelayMessageOutcome *o, TimestampTz until, int holds,
+							RelayRepeat *log);
 extern void RelayRecordTurnError(const char *pipeline, const char *message, int errors,
-								 TimestampTz until);
-extern void RelayRecordTurnOk(const char *pipeline);
+								 TimestampTz until, RelayRepeat *log);
+extern void RelayRecordTurnOk(const char *pipeline, RelayRepeat *log);
 extern bool RelayForgetPipelineStates(List *pipelines);
 
 /* worker.c */
