@@ -20,6 +20,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode qw(tide_node);
+use PgTide::Docs qw(fenced_blocks);
 use IPC::Run;
 use Cwd qw(abs_path);
 
@@ -36,26 +37,9 @@ my %readers = (
 	mqtt => qr/\bmosquitto_sub\b/);
 
 # The ```sh blocks of the page, in order: [first line number, text].
-open my $fh, '<', $page or die "could not open $page: $!";
-my (@blocks, $cur);
-while (my $line = <$fh>)
-{
-	if (!defined $cur && $line =~ /^```sh\s*$/)
-	{
-		$cur = [ $. + 1, '' ];
-	}
-	elsif (defined $cur && $line =~ /^```\s*$/)
-	{
-		push @blocks, $cur;
-		$cur = undef;
-	}
-	elsif (defined $cur)
-	{
-		$cur->[1] .= $line;
-	}
-}
-close $fh;
-ok(!defined $cur, 'every ```sh block of the page is closed');
+my ($blocks, $closed) = fenced_blocks($page, 'sh');
+my @blocks = @$blocks;
+ok($closed, 'every ```sh block of the page is closed');
 cmp_ok(scalar @blocks, '>=', 10, 'the page has its sh blocks (' . scalar(@blocks) . ')');
 my $all = join '', map { $_->[1] } @blocks;
 for my $port (@page_ports)
@@ -138,7 +122,8 @@ my $ran = eval {
 my $stdout = -f $out ? slurp_file($out) : '';
 my $stderr = -f $err ? slurp_file($err) : '';
 my ($last) = $stdout =~ /.*^\@\@(block \d+ line \d+|end)$/ms;
-ok($ran && $stdout =~ /^\@\@end$/m, 'every sh block of the page ran')
+my $ran_all = $ran && $stdout =~ /^\@\@end$/m;
+ok($ran_all, 'every sh block of the page ran')
   or diag("stopped in " . ($last // 'no block') . ($@ ? " ($@)" : '') . ":\n"
 	  . substr($stderr, -4000));
 
@@ -158,12 +143,12 @@ for my $broker (sort keys %readers)
 	is("@others", '', "$broker: it read no other broker's message");
 }
 
-# The last block stopped what the page started.
+# The last block stopped what the page started (when the page got there).
 for my $pidfile ("$brokers/nats.pid", "$brokers/redis.pid", "$brokers/mosquitto.pid",
 	"$brokers/rabbitmq/pid")
 {
 	my ($pid) = -s $pidfile ? slurp_file($pidfile) =~ /(\d+)/ : ();
-	ok(!$pid || PgTide::TestNode::wait_until(sub { !kill(0, $pid) }, 30, 100_000),
+	ok($ran_all && (!$pid || PgTide::TestNode::wait_until(sub { !kill(0, $pid) }, 30, 100_000)),
 		"the page stopped the broker of $pidfile");
 }
 is($node->safe_psql('postgres', 'SELECT count(*) FROM tide.relay_outbox_config'),
