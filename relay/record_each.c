@@ -14,8 +14,8 @@
  *	  short transaction of its own, the offset moved up to that message.
  * 3. A message whose record fails alone is dead-lettered instead, with
  *	  error class "record" and the error's text, its attempt counted; should
- *	  that fail too, it is dead-lettered without its payload, headers and
- *	  the answer's text. Either way the offset moves over it and the
+ *	  that fail too, it is dead-lettered without its payload, headers,
+ *	  the answer's text and attempt row. Either way the offset moves over it and the
  *	  pipeline goes on with the others. (A message the batch leaves as it
  *	  was, to be delivered again, has only its attempt to log: it is not
  *	  dead-lettered for that.)
@@ -110,8 +110,9 @@ one_message(const RelaySettlement *s, int i, RelaySettlement *one)
 
 /*
  * Dead-letters message i of s, whose record failed with `error`: with its
- * payload and headers, or (bare) without them and without the answer's
- * text, so that nothing of the message's own values is written. NULL when
+ * payload and headers and its attempt logged, or (bare) without them,
+ * without the answer's text and without an attempt row, so that nothing of
+ * the message's own values is written. NULL when
  * it was written, else the error that stopped it.
  */
 static ErrorData *
@@ -122,6 +123,7 @@ dead_letter(const RelayPipeline *p, const RelaySettlement *s, int i, const Error
 	RelayMessage msg = s->msgs[i];
 	RelayMessageOutcome outcome = s->each[i];
 	RelayDisposition disp = RELAY_DEAD;
+	int			no_attempt = 0;
 	const char *reason = "permanent";
 	int			attempts = Max(s->attempts[i], msg.attempts + (s->attempt_no[i] > 0 ? 1 : 0));
 	char		text[sizeof(outcome.error)];
@@ -137,6 +139,8 @@ dead_letter(const RelayPipeline *p, const RelaySettlement *s, int i, const Error
 		msg.headers = NULL;
 		msg.key = NULL;
 		outcome.response = NULL;
+		/* nor an attempt row, which the failing record may have been about */
+		one.attempt_no = &no_attempt;
 	}
 	one.msgs = &msg;
 	one.each = &outcome;
