@@ -110,13 +110,18 @@ sub offset_reaches
 			  . " WHERE pipeline_id = '$name'), 0) >= $last") eq 't' }, $timeout, 100_000);
 }
 
+# Keys that do not compress (a btree entry of a key that does would fit):
+# md5 hex digits, 8,000 and 1 MB of them.
+my $key8000 = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 250) g)";
+my $key1m = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 32768) g)";
+
 # --- 1. The 8,000-character key, answered 503 once.
 sql("SELECT tide.outbox_create('repro')");
 set_pipeline('repro', 'repro', %webhook, url => $rcv->url('/repro'), ordering => 'key',
 	ordering_key => '/k', batch_size => 100, %retry);
 $rcv->control({ fail => [503] });
 my @repro = split /\n/, sql(
-	"SELECT tide.outbox_publish('repro', jsonb_build_object('k', repeat('k', 8000), 'n', 0));"
+	"SELECT tide.outbox_publish('repro', jsonb_build_object('k', $key8000, 'n', 0));"
 	  . " SELECT tide.outbox_publish('repro', jsonb_build_object('k', 'key' || g, 'n', g))"
 	  . " FROM generate_series(1, 200) g");
 ok(offset_reaches('repro', $repro[-1], 30),
@@ -126,6 +131,11 @@ is(scalar(grep { !$seen->{$_} } @repro[1 .. $#repro]), 0, '1: all 200 messages b
 ok($seen->{ $repro[0] }, '1: the message with the long key arrives on its next attempt');
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'repro'"), '0',
 	'1: nothing is dead-lettered');
+is(sql("SELECT string_agg(attempt || ' ' || status || ' ' || response_code, ', ' ORDER BY attempt)"
+		  . " FROM tide.relay_attempts WHERE pipeline_id = 'repro' AND message_id = $repro[0]"),
+	'1 failed 503, 2 success 200', '1: its failed attempt and its retry were recorded');
+unlike(slurp_file($node->logfile), qr/pipeline "repro" stopped this pass after an error/,
+	'1: no record of the pipeline failed');
 is(sql("SELECT turn_error IS NULL FROM tide.relay_pipeline_status WHERE pipeline = 'repro'"), 't',
 	'1: the pipeline reports no error');
 
@@ -202,13 +212,13 @@ set_pipeline('huge_file', 'huge', sink_type => 'file', path => "$dir/huge.jsonl"
 my $odd = q{"\u0001\u001f\t\n\\\\\"%00\\\\x00\u202e\uffff\udbff\udfff"};
 my $headers = 'SELECT jsonb_object_agg(\'h\' || g, g) FROM generate_series(1, 10000) g';
 my @hostile = split /\n/, sql(qq{
-	SELECT tide.outbox_publish('hostile', jsonb_build_object('k', repeat('k', 200000), 'n', 'long key'));
+	SELECT tide.outbox_publish('hostile', jsonb_build_object('k', left($key1m, 200000), 'n', 'long key'));
 	SELECT tide.outbox_publish('hostile', jsonb_build_object('k', '$odd'::jsonb, 'n', 'odd key'));
 	SELECT tide.outbox_publish('hostile', '{"k": "h", "n": "headers"}', ($headers));
 	SELECT tide.outbox_publish('hostile', jsonb_build_object('k', 'p', 'big', repeat('p', 512 * 1024)));});
 $rcv->control({ fail => [ (503) x 12 ] });
 my @huge = split /\n/, sql(qq{
-	SELECT tide.outbox_publish('huge', jsonb_build_object('k', repeat('k', 1024 * 1024), 'n', 'long key'));
+	SELECT tide.outbox_publish('huge', jsonb_build_object('k', $key1m, 'n', 'long key'));
 	SELECT tide.outbox_publish('huge', jsonb_build_object('k', '$odd'::jsonb, 'n', 'odd key'));
 	SELECT tide.outbox_publish('huge', '{"k": "h", "n": "headers"}', ($headers));
 	SELECT tide.outbox_publish('huge', jsonb_build_object('k', 'p', 'big', repeat('p', 64 * 1024 * 1024 - 64)));});
