@@ -15,7 +15,8 @@
 #     backslashes, a right-to-left mark and the highest code points, 10,000
 #     headers, a large payload. Into a webhook (answering 503 to the first
 #     request of each hostile message), a file, Kafka (the mock cluster),
-#     NATS (JetStream), Redis and MQTT, each with ordering relaxed, strict
+#     NATS (JetStream), Redis, RabbitMQ (to a queue through the default
+#     exchange) and MQTT, each with ordering relaxed, strict
 #     and key (a file takes no ordering). The sizes for the brokers stay
 #     under their own limits (Kafka's and NATS's 1 MB): a 200 kB key, a
 #     512 kB payload. A webhook and a file also take a 1 MB key and a 64 MB
@@ -41,6 +42,7 @@ use PgTide::KafkaMock;
 use PgTide::NatsServer;
 use PgTide::Redis;
 use PgTide::Mosquitto;
+use PgTide::RabbitMQ;
 use JSON::PP;
 use Time::HiRes qw(time);
 
@@ -180,6 +182,9 @@ my $redis = PgTide::Redis->new(dir => $dir);
 $redis->start;
 my $mq = PgTide::Mosquitto->new(dir => $dir);
 $mq->start;
+my $rmq = PgTide::RabbitMQ->new(dir => $dir);
+$rmq->start or BAIL_OUT('rabbitmq-server did not start');
+$rmq->amqp('queue', "q_rabbitmq_$_") for ('relaxed', 'strict', 'key');
 
 my %sinks = (
 	webhook => sub { (%webhook, url => $rcv->url("/$_[0]")) },
@@ -188,6 +193,8 @@ my %sinks = (
 		stream => 'HOSTILE') },
 	redis => sub { (sink_type => 'redis', url => $redis->url, stream => $_[0]) },
 	mqtt => sub { (sink_type => 'mqtt', host => '127.0.0.1', port => $mq->port, topic => "hostile/$_[0]") },
+	rabbitmq => sub { (sink_type => 'rabbitmq', host => '127.0.0.1', port => $rmq->port, vhost => 'tide',
+		auth => { username => 'tide', password => $rmq->password }, routing_key => "q_$_[0]") },
 );
 my @pipelines;
 sql("SELECT tide.outbox_create('hostile'), tide.outbox_create('huge')");
@@ -275,6 +282,7 @@ for my $file ('hostile', 'huge')
 
 note(sprintf('test took %.1f s', time() - $t_start));
 $mq->stop;
+$rmq->stop;
 $redis->stop;
 $nats->stop;
 $kafka->stop;
