@@ -264,7 +264,7 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'small'"), '0', 
 
 # ------------------------------------------ destination failures hold the pipeline
 my $closed = 20000 + int(rand(20000));
-$closed++ until port_free($closed);
+$closed++ until PgTide::RabbitMQ::port_free($closed);
 amqp('queue', 'q_down');
 sql("SELECT tide.outbox_create('down')");
 sql(q{SELECT tide.outbox_publish('down', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});

@@ -65,7 +65,8 @@ sub _make_certificates
 	}
 }
 
-sub _port_free
+# Whether a port of 127.0.0.1 is free (PgTide::RabbitMQ::port_free).
+sub port_free
 {
 	my ($port) = @_;
 	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
@@ -93,7 +94,7 @@ sub start
 	for my $try (1 .. 5)
 	{
 		my $p = 20000 + int(rand(20000));
-		next unless _port_free($p) && _port_free($p + 1) && _port_free($p + 2) && _port_free($p + 20000);
+		next unless port_free($p) && port_free($p + 1) && port_free($p + 2) && port_free($p + 20000);
 		my $base = "$self->{dir}/rabbitmq$try";
 		mkdir $base;
 		mkdir "$base/$_" for qw(home mnesia log);
@@ -149,7 +150,7 @@ sub stop
 	# ERL_EPMD_RELAXED_COMMAND_CHECK lets the node's epmd be killed
 	wait_until(sub {
 		system("ERL_EPMD_PORT=$self->{epmd_port} ERL_EPMD_RELAXED_COMMAND_CHECK=1 epmd -kill >/dev/null 2>&1");
-		return _port_free($self->{epmd_port});
+		return port_free($self->{epmd_port});
 	}, 10, 200_000);
 	$self->{pid} = undef;
 }
