@@ -8,8 +8,9 @@
 #     next attempt, and so are the 200.
 #  2. A message whose outcome cannot be recorded (here a trigger on
 #     tide.relay_attempts refuses its row, SQLSTATE P0001) is dead-lettered
-#     with error class "record" and the error's text; the 20 messages
-#     behind it are delivered and the offset passes all of them.
+#     with error class "record" and the error's text (without its payload
+#     and attempt row, since a dead letter with them fails too); the 20
+#     messages behind it are delivered and the offset passes all of them.
 #  3. Hostile values, each in a message of its own among ordinary ones:
 #     a long ordering key, a key of control characters, quotes,
 #     backslashes, a right-to-left mark and the highest code points, 10,000
@@ -172,6 +173,8 @@ like(sql("SELECT last_error_class || ' ' || last_error FROM tide.relay_dlq"
 	'2: it is dead-lettered with error class "record" and the error');
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'refused'"), '1',
 	'2: and it alone');
+is(sql("SELECT payload::text || ' ' || (headers IS NULL) FROM tide.relay_dlq WHERE pipeline_id = 'refused'"),
+	'null t', '2: without its payload and headers: its dead letter with them logs the refused attempt too');
 sql('DROP TRIGGER refuse_attempt ON tide.relay_attempts');
 
 # --- 3. Hostile values into every sink with every ordering.
