@@ -174,7 +174,7 @@ like(sql("SELECT last_error_class || ' ' || last_error FROM tide.relay_dlq"
 is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'refused'"), '1',
 	'2: and it alone');
 is(sql("SELECT payload::text || ' ' || (headers IS NULL) FROM tide.relay_dlq WHERE pipeline_id = 'refused'"),
-	'null t', '2: without its payload and headers: its dead letter with them logs the refused attempt too');
+	'null true', '2: without its payload and headers: its dead letter with them logs the refused attempt too');
 sql('DROP TRIGGER refuse_attempt ON tide.relay_attempts');
 
 # --- 3. Hostile values into every sink with every ordering.
