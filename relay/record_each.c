@@ -39,9 +39,10 @@
 
 /*
  * Whether an ERROR says nothing about the messages being recorded, so that
- * recording them one by one cannot help: the disk, memory for connections,
- * the server's state, an operator, a conflict with another transaction.
- * Out of memory (53200) is not among them: one huge message causes it.
+ * recording them one by one cannot help: a full disk or too many
+ * connections, a lease no longer held, a cancel or shutdown, an I/O error,
+ * a deadlock or serialization failure. Out of memory (53200) is not among
+ * them: one huge message can cause it.
  */
 static bool
 error_is_environmental(int sqlerrcode)
@@ -112,8 +113,8 @@ one_message(const RelaySettlement *s, int i, RelaySettlement *one)
  * Dead-letters message i of s, whose record failed with `error`: with its
  * payload and headers and its attempt logged, or (bare) without them,
  * without the answer's text and without an attempt row, so that nothing of
- * the message's own values is written. NULL when
- * it was written, else the error that stopped it.
+ * the message's own values is written. NULL when it was written, else the
+ * error that stopped it.
  */
 static ErrorData *
 dead_letter(const RelayPipeline *p, const RelaySettlement *s, int i, const ErrorData *error,
