@@ -33,7 +33,7 @@ OBJS = \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
-	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o \
+	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o \
 	relay/broker.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o relay/log_repeat.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and

@@ -208,6 +208,8 @@ typedef struct RelaySettlement
 	int		   *attempt_no;		/* the attempt's number for relay_attempts; 0: not attempted */
 	long	   *delay_ms;		/* RELAY_REQUEUE: when to try again */
 	const char **reason;		/* RELAY_DEAD: 'permanent' or 'exhausted' */
+	bool	   *unrecorded;		/* set by RelayRecordEach: dead-lettered because
+								 * its outcome could not be recorded; NULL: none */
 } RelaySettlement;
 
 /* GUCs */
@@ -238,6 +240,9 @@ extern int	RelayLeaseAhead(const RelayPipeline *p, int64 after, int limit, Memor
 extern int	RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMessage **msgs,
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
+
+/* record_each.c */
+extern void RelayRecordEach(const RelayPipeline *p, RelaySettlement *s, MemoryContext cxt);
 
 /* ordering.c: ordering 'key' (see the top of that file) */
 extern void RelayOrderingValidate(const cJSON *config, const char *ordering, cJSON *out);

@@ -692,7 +692,8 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	if (!from_queue && settled > 0)
 		s.offset_id = msgs[settled - 1].id;
 	s.disable = r.disable;
-	RelayRecord(p, &s, cxt);
+	/* a message whose outcome cannot be recorded is dead-lettered (record_each.c) */
+	RelayRecordEach(p, &s, cxt);
 
 	/*
 	 * Ordering 'key': a parked message is due now, as are the entries of a
@@ -725,7 +726,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	}
 	if (ndead > 0)
 		for (i = 0; i < n; i++)
-			if (s.disp[i] == RELAY_DEAD)
+			if (s.disp[i] == RELAY_DEAD && (s.unrecorded == NULL || !s.unrecorded[i]))
 				ereport(LOG,
 						(errmsg("pg_tide relay pipeline \"%s\" dead-lettered message " INT64_FORMAT " of outbox \"%s\" after %d attempt%s: %s",
 								p->name, msgs[i].id, msgs[i].outbox, s.attempts[i],

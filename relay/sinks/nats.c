@@ -455,6 +455,13 @@ fail(NatsBatch *nb, int i, RelayOutcome outcome, const char *cls, const char *er
 	RelaySendWindowDone(&nb->w, i, false, stop);
 }
 
+/*
+ * nats-server's JSStreamHeaderExceedsMaximumErr (headers over 64 kB), which
+ * nats.c's jsErrCode does not name: the message's own headers, never
+ * accepted however often it is sent.
+ */
+#define NATS_JS_HEADER_TOO_LARGE 10097
+
 /* A JetStream negative answer as a failure of its message. */
 static void
 classify_answer(NatsBatch *nb, int i, const NatsAnswer *a)
@@ -480,6 +487,7 @@ classify_answer(NatsBatch *nb, int i, const NatsAnswer *a)
 	switch (a->js_code)
 	{
 		case JSStreamMessageExceedsMaximumErr:
+		case NATS_JS_HEADER_TOO_LARGE:
 			snprintf(error, sizeof(error), "too_large: JetStream error %d: %s", a->js_code, a->text);
 			fail(nb, i, RELAY_PERMANENT, RELAY_CLASS_TOO_LARGE, error, false);
 			return;

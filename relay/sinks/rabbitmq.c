@@ -19,7 +19,10 @@
  *	  key is the message's ordering key. A publish only writes to the
  *	  socket, and only while the socket's send buffer has room, so it
  *	  never waits for the broker: otherwise the socket is watched for
- *	  writing too.
+ *	  writing too. A message whose headers would not fit in one AMQP
+ *	  frame is too_large (permanent) before anything of it is written:
+ *	  rabbitmq-c finds out only after the publish method went out, which
+ *	  would break the connection for the whole batch, every time.
  * 3. The socket is watched for reading (events.h); what arrives is read
  *	  without waiting (amqp_simple_wait_frame_noblock with a zero
  *	  timeout) until rabbitmq-c holds nothing more: basic.ack (one
@@ -62,6 +65,14 @@ PG_MODULE_MAGIC;
 
 /* The one channel the sink publishes on. */
 #define RABBITMQ_CHANNEL	1
+
+/*
+ * The room a message's content header frame needs besides its headers
+ * table: the frame's own header and end, class, weight, body size, flags,
+ * content type, delivery mode, message id, timestamp and a type of up to
+ * 255 bytes.
+ */
+#define RABBITMQ_PROPERTIES_ROOM	1024
 
 /* The longest that making a connection may block the loop. */
 #define RABBITMQ_CONNECT_MS 3000
@@ -629,6 +640,7 @@ typedef struct HeaderTable
 	int			size;
 	bool		too_long;		/* a name over AMQP's 255 bytes */
 	const char *type;			/* the "type" header, or NULL */
+	size_t		encoded;		/* the table's size on the wire */
 } HeaderTable;
 
 /* RelayBrokerForEachHeader's callback: one header as a string entry. */
@@ -650,6 +662,8 @@ add_header(const char *name, const char *value, void *arg)
 			: palloc(sizeof(amqp_table_entry_t) * t->size);
 	}
 	e = &t->entries[t->n++];
+	/* the name's length byte and bytes, the type byte, the value's length and bytes */
+	t->encoded += 1 + strlen(name) + 1 + 4 + strlen(value);
 	e->key = amqp_cstring_bytes(pstrdup(name));
 	e->value.kind = AMQP_FIELD_KIND_UTF8;
 	e->value.value.bytes = amqp_cstring_bytes(pstrdup(value));
@@ -715,6 +729,18 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 		settle(rm, RELAY_PERMANENT, RELAY_CLASS_REFUSED,
 			   headers.too_long ? "refused: a header name is longer than AMQP's 255 bytes" :
 			   "refused: its exchange or routing key is longer than AMQP's 255 bytes");
+		return false;
+	}
+	/*
+	 * The properties go in one frame: rabbitmq-c refuses a larger one only
+	 * once the publish method is on the wire, which breaks the connection
+	 * for every message. Refused here, before anything is sent.
+	 */
+	if (headers.encoded + RABBITMQ_PROPERTIES_ROOM > (size_t) amqp_get_frame_max(st->conn))
+	{
+		settle(rm, RELAY_PERMANENT, RELAY_CLASS_TOO_LARGE,
+			   psprintf("too_large: its headers take %zu bytes, more than fit in an AMQP frame of %d bytes",
+						headers.encoded, amqp_get_frame_max(st->conn)));
 		return false;
 	}
 	RelayMessageIdentity(id, sizeof(id), msg->outbox, msg->id);
