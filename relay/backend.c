@@ -12,7 +12,8 @@
  * ProcessUtility hook (every backend has it, the library is preloaded)
  * recognises those commands, pauses the database in shared memory so the
  * launcher does not restart its worker, terminates the worker, and waits,
- * bounded, until it has gone.
+ * bounded, until it has gone. The same hook notes the sessions that
+ * restore a database (restore.c).
  */
 #include "postgres.h"
 
@@ -288,6 +289,10 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
+
+	/* a restore's session keeps the relay out of its database (restore.c) */
+	if (Relay != NULL && pstmt->utilityStmt != NULL)
+		RelayNoteSessionSetting(pstmt->utilityStmt);
 }
 
 /* Installs the ProcessUtility hook; called from _PG_init when preloaded. */

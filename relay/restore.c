@@ -1,0 +1,126 @@
+/*
+ * restore.c
+ *		Keeps the relay worker out of a database while pg_restore (or psql
+ *		running a pg_dump script) loads it.
+ *
+ * A restore creates the extension first and loads its tables' rows later,
+ * table by table, each COPY committed on its own (in parallel with -j).
+ * A worker that served the database in between would write rows of its
+ * own (pipeline health, offsets, leases, attempts, dead letters, message
+ * partitions) that the restore's COPY then finds already there ("duplicate
+ * key"), deliver messages whose offsets are not restored yet, or sweep
+ * messages whose consumer groups are still to come.
+ *
+ * Every session that pg_dump's output runs in, plain script or pg_restore
+ * (each of -j's connections too), starts with SET check_function_bodies =
+ * false, and keeps the setting until it ends. The ProcessUtility hook
+ * (backend.c) sees that statement: the session takes a shared
+ * session-level advisory lock of its database (RELAY_RESTORE_LOCK_KEY)
+ * and keeps it until it sets check_function_bodies again or ends. The
+ * worker serves the database only while no session holds that lock
+ * (RelayRestoreInProgress, at each reading of the pipelines). Nothing
+ * depends on the client's name, and a single-transaction restore (-1) is
+ * covered the same way. A session of anything else that turns
+ * check_function_bodies off with SET pauses the relay of its database
+ * for as long as it stays connected; docs/operations.md says so.
+ */
+#include "postgres.h"
+
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "relay.h"
+
+/* This session holds the restore lock. */
+static bool holds_restore_lock = false;
+
+/* The restore lock of this session's database. */
+static void
+restore_tag(LOCKTAG *tag)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, RELAY_RESTORE_LOCK_KEY, 0, 2);
+}
+
+/*
+ * Whether a SET statement turns check_function_bodies off for the session
+ * (1), turns it back on or resets it (0), or is about something else (-1).
+ */
+static int
+sets_function_bodies_off(VariableSetStmt *stmt)
+{
+	char	   *value;
+	bool		on;
+
+	if (stmt->is_local)
+		return -1;
+	if (stmt->kind == VAR_RESET_ALL)
+		return 0;
+	if (stmt->name == NULL || strcmp(stmt->name, "check_function_bodies") != 0)
+		return -1;
+	if (stmt->kind != VAR_SET_VALUE)
+		return stmt->kind == VAR_SET_DEFAULT || stmt->kind == VAR_RESET ? 0 : -1;
+	value = ExtractSetVariableArgs(stmt);
+	if (value == NULL || !parse_bool(value, &on))
+		return -1;
+	return on ? 0 : 1;
+}
+
+/*
+ * From the ProcessUtility hook: a session that turns check_function_bodies
+ * off, as every restore of pg_dump's output does, holds its database's
+ * restore lock until it turns it on again or ends (see the top of this
+ * file).
+ */
+void
+RelayNoteSessionSetting(Node *parsetree)
+{
+	LOCKTAG		tag;
+	int			off;
+
+	/* DISCARD ALL released every advisory lock of the session */
+	if (IsA(parsetree, DiscardStmt) && ((DiscardStmt *) parsetree)->target == DISCARD_ALL)
+		holds_restore_lock = false;
+	if (!IsA(parsetree, VariableSetStmt) || !OidIsValid(MyDatabaseId))
+		return;
+	off = sets_function_bodies_off((VariableSetStmt *) parsetree);
+	if (off < 0 || (off == 1) == holds_restore_lock)
+		return;
+	restore_tag(&tag);
+	if (off == 1)
+		(void) LockAcquire(&tag, ShareLock, true, false);
+	else
+		LockRelease(&tag, ShareLock, true);
+	holds_restore_lock = off == 1;
+}
+
+/*
+ * Whether a session of this database holds the restore lock (a restore is
+ * loading it); says so in the log when that starts and ends.
+ */
+bool
+RelayRestoreInProgress(void)
+{
+	static bool reported = false;
+	LOCKTAG		tag;
+	bool		loading;
+
+	restore_tag(&tag);
+	loading = LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL;
+	if (!loading)
+		LockRelease(&tag, ExclusiveLock, true);
+	if (loading && !reported)
+		ereport(LOG,
+				(errmsg("pg_tide relay worker for database \"%s\" waits: a restore is loading it",
+						get_database_name(MyDatabaseId)),
+				 errdetail("A session of the database set check_function_bodies to off, as pg_restore and pg_dump scripts do; the worker serves the database once no such session is connected.")));
+	else if (!loading && reported)
+		ereport(LOG,
+				(errmsg("pg_tide relay worker for database \"%s\" serves it: no restore is loading it any more",
+						get_database_name(MyDatabaseId))));
+	reported = loading;
+	return loading;
+}
