@@ -270,6 +270,8 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 					  ParamListInfo params, QueryEnvironment *queryEnv,
 					  DestReceiver *dest, QueryCompletion *qc)
 {
+	int			copy_nest;
+
 	if (Relay != NULL && pstmt->utilityStmt != NULL)
 	{
 		Oid			dboid = database_needed_alone(pstmt->utilityStmt);
@@ -283,6 +285,10 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 			stop_database_worker(dboid);
 	}
 
+	/* a restore's COPY into the extension's tables (restore.c) */
+	copy_nest = Relay != NULL && pstmt->utilityStmt != NULL ?
+		RelayBeginRestoreCopy(pstmt->utilityStmt) : -1;
+
 	if (prev_process_utility_hook)
 		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
 								  params, queryEnv, dest, qc);
@@ -290,6 +296,7 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
 
+	RelayEndRestoreCopy(copy_nest);
 	/* a restore's session keeps the relay out of its database (restore.c) */
 	if (Relay != NULL && pstmt->utilityStmt != NULL)
 		RelayNoteSessionSetting(pstmt->utilityStmt);

@@ -294,6 +294,8 @@ extern bool RelayUnlockExtension(void);
 /* restore.c: no relay while a restore loads the database */
 extern void RelayNoteSessionSetting(Node *parsetree);
 extern bool RelayRestoreInProgress(void);
+extern int	RelayBeginRestoreCopy(Node *parsetree);
+extern void RelayEndRestoreCopy(int nest);
 
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);

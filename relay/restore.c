@@ -23,10 +23,22 @@
  * covered the same way. A session of anything else that turns
  * check_function_bodies off with SET pauses the relay of its database
  * for as long as it stays connected; docs/operations.md says so.
+ *
+ * The restore's COPY into the extension's own tables also runs without
+ * their foreign keys' checks (RelayBeginRestoreCopy). pg_dump creates the
+ * foreign keys of ordinary tables after their data; those of an
+ * extension's tables come with CREATE EXTENSION, before any data, and
+ * pg_restore -j loads tables in any order (the largest first), so the
+ * consumer offsets could come before their consumer groups and fail. The
+ * dump was taken from one snapshot, in which every reference holds.
  */
 #include "postgres.h"
 
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/lock.h"
@@ -123,4 +135,39 @@ RelayRestoreInProgress(void)
 						get_database_name(MyDatabaseId))));
 	reported = loading;
 	return loading;
+}
+
+/*
+ * From the ProcessUtility hook, before a statement: a restore's COPY into
+ * a table of the extension runs with session_replication_role = replica,
+ * which skips the foreign keys' checks (see the top of this file).
+ * Returns the GUC nest level to end with RelayEndRestoreCopy, or -1.
+ */
+int
+RelayBeginRestoreCopy(Node *parsetree)
+{
+	CopyStmt   *copy = (CopyStmt *) parsetree;
+	Oid			relid;
+	Oid			extension;
+	int			nest;
+
+	if (!holds_restore_lock || !IsA(parsetree, CopyStmt) || !copy->is_from || copy->relation == NULL)
+		return -1;
+	relid = RangeVarGetRelid(copy->relation, NoLock, true);
+	extension = get_extension_oid("pg_tide", true);
+	if (!OidIsValid(relid) || !OidIsValid(extension) ||
+		getExtensionOfObject(RelationRelationId, relid) != extension)
+		return -1;
+	nest = NewGUCNestLevel();
+	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+/* After the statement: the setting RelayBeginRestoreCopy changed is back. */
+void
+RelayEndRestoreCopy(int nest)
+{
+	if (nest >= 0)
+		AtEOXact_GUC(true, nest);
 }
