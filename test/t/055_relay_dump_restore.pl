@@ -1,6 +1,7 @@
 # pg_dump and pg_restore of a database the relay serves, with the relay on
 # in the restored database too: a plain script through psql, and a custom
-# archive restored with pg_restore -e, -1 and -j 2, two rounds each. The
+# archive restored with pg_restore -e, -1 and -j 2, two rounds each (and
+# the plain script with a pause after the pipelines' rows). The
 # source has pipelines, message child tables, retries, dead letters,
 # attempts, health rows, offsets and a consumer group's lease. Each restore:
 #  - succeeds (psql with ON_ERROR_STOP, pg_restore -e stop at the first
@@ -55,6 +56,10 @@ for my $name (sort keys %pipelines)
 		  . $json->encode($pipelines{$name}) . "'::jsonb)");
 }
 sql('source', "SELECT tide.create_consumer_group('g', 'orders')");
+# The application's own data, restored before pg_tide's (schema public
+# comes first): the relay worker, started by CREATE EXTENSION, is running
+# by the time the pipelines are loaded.
+sql('source', "CREATE TABLE public.orders AS SELECT g AS id, md5(g::text) AS note FROM generate_series(1, 300000) g");
 
 # Messages across the parent and several child tables (1,000 ids each, made
 # by the worker ahead of the ids handed out).
@@ -103,8 +108,19 @@ $node->command_ok([ 'pg_dump', '-d', $connstr->('source'), '-f', $dump ], 'pg_du
 $node->command_ok([ 'pg_dump', '-Fc', '-d', $connstr->('source'), '-f', $archive ], 'pg_dump, custom');
 is(tables('source'), $source_tables, 'the source did not change while it was dumped');
 
+# The plain script again, with a pause of a second after the pipelines'
+# rows, as a slow disk or a large table there would make: the relay worker
+# sees the pipelines long before their consumer groups, offsets and health
+# rows arrive.
+my $paused = "$dir/source_paused.sql";
+my $script = slurp_file($dump);
+ok($script =~ s/^(COPY tide\.relay_outbox_config .*?^\\\.\n)/$1SELECT pg_sleep(1);\n/ms,
+	'a pause after the pipelines in the plain script');
+PostgreSQL::Test::Utils::append_to_file($paused, $script);
+
 my %restore = (
 	plain => [ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-f', $dump ],
+	plain_paused => [ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-f', $paused ],
 	exit_on_error => [ 'pg_restore', '-e', $archive ],
 	single_transaction => [ 'pg_restore', '-1', '-e', $archive ],
 	parallel => [ 'pg_restore', '-j', '2', '-e', $archive ],
@@ -112,7 +128,7 @@ my %restore = (
 my $n = 0;
 for my $round (1 .. 2)
 {
-	for my $how (qw(plain exit_on_error single_transaction parallel))
+	for my $how (qw(plain plain_paused exit_on_error single_transaction parallel))
 	{
 		my $db = "restored_$how\_$round";
 		$n++;
