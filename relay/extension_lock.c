@@ -43,6 +43,7 @@
 #include "storage/lock.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "relay.h"
 
 typedef enum TurnLock
@@ -140,11 +141,14 @@ RelayExtensionLockedForXact(void)
 	return true;
 }
 
-/* A top-level transaction was aborted: the turn's lock went with it. */
+/*
+ * A top-level transaction was aborted: the turn's lock went with it, if
+ * one was open (an ERROR between two transactions aborts none).
+ */
 void
 RelayExtensionLockAborted(void)
 {
-	if (turn_lock == TURN_LOCKED)
+	if (turn_lock == TURN_LOCKED && !TideLockHeldByMe(&turn_tag, AccessShareLock))
 		turn_lock = TURN_LOST;
 }
 
