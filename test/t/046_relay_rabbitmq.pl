@@ -35,6 +35,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::RabbitMQ;
 use JSON::PP;
 use IO::Socket::INET;
 use POSIX qw(setsid);
@@ -71,15 +72,7 @@ for my $cmd (
 	system("openssl $cmd >>$tls/openssl.log 2>&1") == 0 or BAIL_OUT("openssl $cmd failed");
 }
 
-sub port_free
-{
-	my ($port) = @_;
-	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
-		Listen => 1, ReuseAddr => 1);
-	return 0 unless $s;
-	close $s;
-	return 1;
-}
+sub port_free { return PgTide::RabbitMQ::port_free($_[0]) }
 
 # rabbitmqctl with the node's environment; true when it succeeded.
 sub ctl

@@ -18,7 +18,8 @@ my @running;
 # Whether rabbitmq-server and rabbitmqctl are installed.
 sub installed { return -x $server && -x $ctl }
 
-sub _port_free
+# Whether nothing listens on 127.0.0.1:port (it can be bound).
+sub port_free
 {
 	my ($port) = @_;
 	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
@@ -57,7 +58,7 @@ sub _start
 	for my $try (1 .. 5)
 	{
 		my $p = 20000 + int(rand(20000));
-		next unless _port_free($p) && _port_free($p + 1) && _port_free($p + 20000);
+		next unless port_free($p) && port_free($p + 1) && port_free($p + 20000);
 		my $base = "$self->{dir}/rabbitmq$try";
 		mkdir $base;
 		mkdir "$base/$_" for qw(home mnesia log);
@@ -107,7 +108,7 @@ sub stop
 	my $epmd = $self->{epmd_port};
 	wait_until(sub {
 		system("ERL_EPMD_PORT=$epmd ERL_EPMD_RELAXED_COMMAND_CHECK=1 epmd -kill >/dev/null 2>&1");
-		return _port_free($epmd);
+		return port_free($epmd);
 	}, 10, 200_000);
 	$self->{pid} = undef;
 }
