@@ -297,9 +297,12 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 
 	RelayEndRestoreCopy(copy_nest);
-	/* a restore's session keeps the relay out of its database (restore.c) */
+	/* a restore's session keeps the relay out of its database, its children join the extension (restore.c) */
 	if (Relay != NULL && pstmt->utilityStmt != NULL)
+	{
+		RelayAdoptRestoredChild(pstmt->utilityStmt);
 		RelayNoteSessionSetting(pstmt->utilityStmt);
+	}
 }
 
 /* Installs the ProcessUtility hook; called from _PG_init when preloaded. */

@@ -296,6 +296,7 @@ extern void RelayNoteSessionSetting(Node *parsetree);
 extern bool RelayRestoreInProgress(void);
 extern int	RelayBeginRestoreCopy(Node *parsetree);
 extern void RelayEndRestoreCopy(int nest);
+extern void RelayAdoptRestoredChild(Node *parsetree);
 
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);

@@ -31,9 +31,17 @@
  * pg_restore -j loads tables in any order (the largest first), so the
  * consumer offsets could come before their consumer groups and fail. The
  * dump was taken from one snapshot, in which every reference holds.
+ *
+ * And a child table of tide_outbox_messages that a restore creates is tied
+ * to the extension at once (RelayAdoptRestoredChild), as the worker ties
+ * the children it makes: pg_dump keeps them as ordinary tables (they are
+ * not members of the extension), so without that DROP EXTENSION would
+ * refuse to drop the restored database's extension until the worker's
+ * next maintenance, or for good with the relay off.
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
@@ -44,7 +52,9 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 
+#include "partitions.h"
 #include "relay.h"
 
 /* This session holds the restore lock. */
@@ -170,4 +180,31 @@ RelayEndRestoreCopy(int nest)
 {
 	if (nest >= 0)
 		AtEOXact_GUC(true, nest);
+}
+
+/*
+ * From the ProcessUtility hook, after a statement: a CREATE TABLE of a
+ * restore that makes a child of tide.tide_outbox_messages ties the child
+ * to the extension (see the top of this file).
+ */
+void
+RelayAdoptRestoredChild(Node *parsetree)
+{
+	CreateStmt *create = (CreateStmt *) parsetree;
+	RangeVar   *parent;
+	Oid			nsp;
+	Oid			child;
+
+	if (!holds_restore_lock || !IsA(parsetree, CreateStmt) || list_length(create->inhRelations) != 1)
+		return;
+	parent = linitial_node(RangeVar, create->inhRelations);
+	if (parent->schemaname == NULL || strcmp(parent->schemaname, "tide") != 0 ||
+		strcmp(parent->relname, "tide_outbox_messages") != 0 ||
+		!OidIsValid(get_extension_oid("pg_tide", true)))
+		return;
+	CommandCounterIncrement();
+	child = RangeVarGetRelid(create->relation, NoLock, true);
+	nsp = get_namespace_oid("tide", true);
+	if (OidIsValid(child) && get_rel_namespace(child) == nsp)
+		TidePartitionAdopt(child);
 }
