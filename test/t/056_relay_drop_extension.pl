@@ -93,12 +93,21 @@ for my $round (1 .. $rounds)
 	$resumed++ if wait_until(sub { pipelines_delivered() == $npipelines }, 30, 50_000);
 	# more, so that the drop meets leases, records and partitions in flight
 	publish(300);
-	my ($ret, $out, $err) = $node->psql('postgres', 'DROP EXTENSION pg_tide');
-	if ($ret == 0) { $dropped++ } else { push @failures, "round $round: $err" }
+	my $timed_out = 0;
+	my ($ret, $out, $err) = $node->psql('postgres', 'DROP EXTENSION pg_tide',
+		timeout => 30, timed_out => \$timed_out);
+	if ($ret == 0 && !$timed_out) { $dropped++ }
+	else
+	{
+		push @failures, "round $round: " . ($timed_out ? 'DROP EXTENSION waited 30 s' : $err);
+		# out of the way for the next round, however long it takes
+		$node->psql('postgres', 'DROP EXTENSION IF EXISTS pg_tide CASCADE', timeout => 60);
+		last if sql("SELECT count(*) FROM pg_extension WHERE extname = 'pg_tide'") ne '0';
+	}
 	# the worker leaves; the next CREATE EXTENSION starts another
 	wait_until(sub { sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker'") == 0 }, 30)
 	  or push @failures, "round $round: the worker did not leave";
-	sql('CREATE EXTENSION IF NOT EXISTS pg_tide');
+	sql('CREATE EXTENSION pg_tide');
 	configure();
 }
 note(sprintf('%d rounds in %.1f s', $rounds, time() - $start));
