@@ -30,7 +30,11 @@
  * extension's tables come with CREATE EXTENSION, before any data, and
  * pg_restore -j loads tables in any order (the largest first), so the
  * consumer offsets could come before their consumer groups and fail. The
- * dump was taken from one snapshot, in which every reference holds.
+ * dump was taken from one snapshot, in which every reference holds. (The
+ * other triggers of those tables are skipped with them: the config check,
+ * which the worker runs again on each pipeline it reads, the wake-up of
+ * the worker, which waits for the restore anyway, and the invalidation of
+ * the backends' cached rights, which RelayEndRestoreCopy does instead.)
  *
  * And a child table of tide_outbox_messages that a restore creates is tied
  * to the extension at once (RelayAdoptRestoredChild), as the worker ties
@@ -52,6 +56,7 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 
 #include "partitions.h"
@@ -59,6 +64,9 @@
 
 /* This session holds the restore lock. */
 static bool holds_restore_lock = false;
+
+/* The table of the COPY that RelayBeginRestoreCopy let skip its triggers. */
+static Oid	restore_copy_relid = InvalidOid;
 
 /* The restore lock of this session's database. */
 static void
@@ -171,15 +179,22 @@ RelayBeginRestoreCopy(Node *parsetree)
 	nest = NewGUCNestLevel();
 	(void) set_config_option("session_replication_role", "replica", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	restore_copy_relid = relid;
 	return nest;
 }
 
-/* After the statement: the setting RelayBeginRestoreCopy changed is back. */
+/*
+ * After the statement: the setting RelayBeginRestoreCopy changed is back,
+ * and the backends forget what they cached of the table, as its statement
+ * triggers would have made them.
+ */
 void
 RelayEndRestoreCopy(int nest)
 {
-	if (nest >= 0)
-		AtEOXact_GUC(true, nest);
+	if (nest < 0)
+		return;
+	AtEOXact_GUC(true, nest);
+	CacheInvalidateRelcacheByRelid(restore_copy_relid);
 }
 
 /*
