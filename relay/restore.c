@@ -13,16 +13,18 @@
  *
  * Every session that pg_dump's output runs in, plain script or pg_restore
  * (each of -j's connections too), starts with SET check_function_bodies =
- * false, and keeps the setting until it ends. The ProcessUtility hook
- * (backend.c) sees that statement: the session takes a shared
+ * false, and keeps the setting until it ends; restoring pg_tide takes a
+ * superuser (CREATE EXTENSION). The ProcessUtility hook (backend.c) sees
+ * that statement: a superuser's session takes a shared
  * session-level advisory lock of its database (RELAY_RESTORE_LOCK_KEY)
  * and keeps it until it sets check_function_bodies again or ends. The
  * worker serves the database only while no session holds that lock
  * (RelayRestoreInProgress, at each reading of the pipelines). Nothing
  * depends on the client's name, and a single-transaction restore (-1) is
- * covered the same way. A session of anything else that turns
+ * covered the same way. Another superuser session that turns
  * check_function_bodies off with SET pauses the relay of its database
- * for as long as it stays connected; docs/operations.md says so.
+ * for as long as it stays connected (docs/catalog.md says so); other
+ * roles' sessions do not, and their COPY keeps every check.
  *
  * The restore's COPY into the extension's own tables also runs without
  * their foreign keys' checks (RelayBeginRestoreCopy). pg_dump creates the
@@ -114,7 +116,7 @@ RelayNoteSessionSetting(Node *parsetree)
 	/* DISCARD ALL released every advisory lock of the session */
 	if (IsA(parsetree, DiscardStmt) && ((DiscardStmt *) parsetree)->target == DISCARD_ALL)
 		holds_restore_lock = false;
-	if (!IsA(parsetree, VariableSetStmt) || !OidIsValid(MyDatabaseId))
+	if (!IsA(parsetree, VariableSetStmt) || !OidIsValid(MyDatabaseId) || !superuser())
 		return;
 	off = sets_function_bodies_off((VariableSetStmt *) parsetree);
 	if (off < 0 || (off == 1) == holds_restore_lock)
@@ -169,7 +171,8 @@ RelayBeginRestoreCopy(Node *parsetree)
 	Oid			extension;
 	int			nest;
 
-	if (!holds_restore_lock || !IsA(parsetree, CopyStmt) || !copy->is_from || copy->relation == NULL)
+	if (!holds_restore_lock || !IsA(parsetree, CopyStmt) || !copy->is_from || copy->relation == NULL ||
+		!superuser())
 		return -1;
 	relid = RangeVarGetRelid(copy->relation, NoLock, true);
 	extension = get_extension_oid("pg_tide", true);
