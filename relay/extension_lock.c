@@ -33,6 +33,12 @@
  * (RelayExtensionLockedForXact). And PostgreSQL does not release a
  * session-level lock when a process exits; the worker does, on its way
  * out.
+ *
+ * What this does not order: a transaction that locks one of the
+ * extension's tables before its DROP EXTENSION (the DROP then waits for
+ * the worker's turn, which may wait for that table), and ALTER EXTENSION
+ * UPDATE, which does not lock the extension. PostgreSQL's deadlock check
+ * ends such a cycle after deadlock_timeout by failing one of the two.
  */
 #include "postgres.h"
 
