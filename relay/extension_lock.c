@@ -37,7 +37,9 @@
  * What this does not order: a transaction that locks one of the
  * extension's tables before its DROP EXTENSION (the DROP then waits for
  * the worker's turn, which may wait for that table), and ALTER EXTENSION
- * UPDATE, which does not lock the extension. PostgreSQL's deadlock check
+ * UPDATE, whose script locks tables in an order of its own and takes no
+ * lock that conflicts with the worker's on the extension (commit ce58005
+ * says so for the partition maker). PostgreSQL's deadlock check
  * ends such a cycle after deadlock_timeout by failing one of the two.
  */
 #include "postgres.h"
