@@ -38,8 +38,8 @@
  * extension's tables before its DROP EXTENSION (the DROP then waits for
  * the worker's turn, which may wait for that table), and ALTER EXTENSION
  * UPDATE, whose script locks tables in an order of its own and takes no
- * lock that conflicts with the worker's on the extension (commit ce58005
- * says so for the partition maker). PostgreSQL's deadlock check
+ * lock that conflicts with the worker's on the extension. PostgreSQL's
+ * deadlock check
  * ends such a cycle after deadlock_timeout by failing one of the two.
  */
 #include "postgres.h"
