@@ -39,8 +39,8 @@
  * the worker's turn, which may wait for that table), and ALTER EXTENSION
  * UPDATE, whose script locks tables in an order of its own and takes no
  * lock that conflicts with the worker's on the extension. PostgreSQL's
- * deadlock check
- * ends such a cycle after deadlock_timeout by failing one of the two.
+ * deadlock check ends such a cycle after deadlock_timeout by failing one
+ * of the two.
  */
 #include "postgres.h"
 
