@@ -297,7 +297,10 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 
 	RelayEndRestoreCopy(copy_nest);
-	/* a restore's session keeps the relay out of its database, its children join the extension (restore.c) */
+	/*
+	 * a restore's session keeps the relay out of its database, and the
+	 * child tables it creates join the extension (restore.c)
+	 */
 	if (Relay != NULL && pstmt->utilityStmt != NULL)
 	{
 		RelayAdoptRestoredChild(pstmt->utilityStmt);
