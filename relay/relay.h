@@ -54,6 +54,12 @@
  * int) would take it. The ASCII of "tide".
  */
 #define RELAY_PIPELINE_LOCK_KEY	0x74696465
+/*
+ * The first key of the shared session-level advisory lock that a session
+ * restoring a database holds (restore.c): pg_locks shows it as classid,
+ * with objid 0 and objsubid 2. The ASCII of "tidr".
+ */
+#define RELAY_RESTORE_LOCK_KEY	0x74696472
 /* How long a database waits for a free relay worker before the launcher logs it. */
 #define RELAY_UNSERVED_GRACE_MS	5000
 
@@ -306,6 +312,25 @@ extern bool RelayServesPipeline(const char *name);
 extern void RelayKeepPipeline(const char *name);
 extern void RelayReleaseUnservedPipelines(void);
 extern bool RelayWorkerRetired(void);
+
+/* extension_lock.c: the worker's lock order against DROP EXTENSION */
+typedef enum RelayExtensionTurn
+{
+	RELAY_EXTENSION_LOCKED,		/* held until RelayUnlockExtension */
+	RELAY_EXTENSION_BUSY,		/* a DROP EXTENSION holds or awaits it */
+	RELAY_EXTENSION_ABSENT		/* pg_tide is not installed */
+} RelayExtensionTurn;
+extern RelayExtensionTurn RelayLockExtensionForTurn(void);
+extern bool RelayExtensionLockedForXact(void);
+extern void RelayExtensionLockAborted(void);
+extern bool RelayUnlockExtension(void);
+
+/* restore.c: no relay while a restore loads the database */
+extern void RelayNoteSessionSetting(Node *parsetree);
+extern bool RelayRestoreInProgress(void);
+extern int	RelayBeginRestoreCopy(Node *parsetree);
+extern void RelayEndRestoreCopy(int nest);
+extern void RelayAdoptRestoredChild(Node *parsetree);
 
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);

@@ -84,6 +84,14 @@
  * worker cleanly; the launcher starts it again after a back-off, so
  * nothing crash-loops. The worker holds no lock and no transaction while
  * it waits, so DROP EXTENSION never waits for it.
+ *
+ * Steps 4 to 6 run SQL only under the extension's lock, which every turn
+ * that runs SQL takes first, without waiting, and gives back before step
+ * 7: DROP EXTENSION takes it first too, so the two never lock the
+ * extension's tables in opposite orders (extension_lock.c). While a DROP
+ * holds it or waits for it, the turn runs no SQL (a finished batch is
+ * recorded in a later turn) and the loop looks again after
+ * RELAY_EXTENSION_BUSY_WAIT_MS; once pg_tide is gone the worker leaves.
  */
 #include "postgres.h"
 
@@ -125,6 +133,9 @@
 #define RELAY_ERROR_HOLD_MIN_MS 1000
 #define RELAY_ERROR_HOLD_MAX_MS 60000
 
+/* How long the loop waits when a DROP EXTENSION kept its turn from the database. */
+#define RELAY_EXTENSION_BUSY_WAIT_MS 50
+
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
 /* Why worker_should_stop last said the worker must stop. */
@@ -141,6 +152,8 @@ worker_exit(int code, Datum arg)
 {
 	if (my_slot == NULL)
 		return;
+	/* PostgreSQL keeps a session-level lock past the process's end */
+	(void) RelayUnlockExtension();
 	SpinLockAcquire(&Relay->mutex);
 	my_slot->exit_reason = my_exit_reason;
 	my_slot->exited = true;
@@ -1342,6 +1355,30 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 }
 
 /*
+ * Whether this turn of the loop may run SQL: it holds the extension's
+ * lock, which every DROP EXTENSION takes before anything else
+ * (extension_lock.c); false while a DROP holds it or waits for it. Leaves
+ * the worker when pg_tide is gone. The first call of a turn takes the
+ * lock; the turn gives it back before the loop waits.
+ */
+static bool
+database_turn(void)
+{
+	switch (RelayLockExtensionForTurn())
+	{
+		case RELAY_EXTENSION_LOCKED:
+			return true;
+		case RELAY_EXTENSION_BUSY:
+			return false;
+		case RELAY_EXTENSION_ABSENT:
+			break;
+	}
+	abandon_operations();
+	worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
+	return false;
+}
+
+/*
  * Of the pipelines about to take their step, those that would only look
  * for live messages are asked about in one statement (idle_look.c); each
  * that has nothing has looked, and takes no step. Should the
@@ -1381,7 +1418,7 @@ skip_idle_pipelines(PipelineState **all, long n, TimestampTz now)
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		RelayAbortShortXact();
 		MemoryContextSwitchTo(loop_cxt);
 		ereport(LOG,
 				(errmsg("pg_tide relay could not look for messages of %d pipelines at once: %s",
@@ -1492,7 +1529,16 @@ progress_operations(void)
 		op->batch.wake_at = 0;
 		if (op->finished || op->batch.nmsgs == 0 ||
 			op->p->sink->progress(op->p->sink_state, &op->batch))
+		{
+			if (!database_turn())
+			{
+				/* finished, recorded in a later turn */
+				op->finished = true;
+				op->batch.ready = true;
+				continue;
+			}
 			finished[nfinished++] = op->st;
+		}
 	}
 	if (nfinished == 0)
 		return;
@@ -1614,7 +1660,8 @@ read_pipelines(void)
 		SpinLockRelease(&Relay->mutex);
 	}
 	has_work = false;
-	current = installed && catalog_is_current();
+	/* while a restore loads the database, the worker writes nothing there (restore.c) */
+	current = installed && catalog_is_current() && !RelayRestoreInProgress();
 	if (current)
 	{
 		pipelines = RelayReadPipelines(loop_cxt, &has_work,
@@ -1783,6 +1830,7 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	int			nevents;
 	uint64		commits;
 	long		timeout;
+	bool		busy;
 
 	MemoryContextSwitchTo(loop_cxt);
 	MemoryContextReset(loop_cxt);
@@ -1838,7 +1886,7 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	RelayApplyDatabaseSettings();
 	if (pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
 		reading_needed = true;
-	if (reading_needed || GetCurrentTimestamp() >= next_reading_at)
+	if ((reading_needed || GetCurrentTimestamp() >= next_reading_at) && database_turn())
 	{
 		if (!read_pipelines())
 		{
@@ -1846,9 +1894,12 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
 		}
 	}
-	if (scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due))
+	if ((scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due)) &&
+		database_turn())
 		scan_pipelines();
 	progress_operations();
+	/* the turn's SQL is done: a DROP EXTENSION waiting for it goes on */
+	busy = RelayUnlockExtension();
 
 	/* (the short transactions of the turn reported their own activity) */
 	if (n_operations > 0)
@@ -1856,6 +1907,9 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	else
 		pgstat_report_activity(STATE_IDLE, NULL);
 	timeout = sleep_ms();
+	/* what a DROP EXTENSION kept from this turn is tried again shortly, not at once */
+	if (busy && timeout < RELAY_EXTENSION_BUSY_WAIT_MS)
+		timeout = RELAY_EXTENSION_BUSY_WAIT_MS;
 	/* a burst's freed memory goes back to the kernel once idle (worker_memory.c) */
 	RelayReturnMemoryWhenIdle(n_operations, &timeout);
 
@@ -1961,6 +2015,7 @@ RelayWorkerMain(Datum main_arg)
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			RelayExtensionLockAborted();
 			failed = true;
 		}
 		PG_END_TRY();
