@@ -10,8 +10,11 @@
 #     and the webhook) to a silent listener on 127.0.0.1: a socket that
 #     listens and never reads, so the kernel completes every connection
 #     and nothing ever answers. Two of each RabbitMQ kind, since
-#     rabbitmq-c's connect steps were made in the loop. The same 40
-#     messages: p50 beside stays within 3 times alone.
+#     rabbitmq-c's connect steps were made in the loop, and four of the
+#     TLS webhook, whose CA bundle was read in the loop for each new
+#     connection. The same 40
+#     messages: p50 beside stays within 3 times alone, p90 within
+#     alone + 250 ms.
 #  3. Every silent pipeline ends up failing with class timeout or
 #     connection, and nothing reached the healthy receiver twice.
 use strict;
@@ -79,6 +82,7 @@ END \$\$});
 }
 
 sub p50 { my ($w) = @_; return $w->[ int(@$w / 2) ] }
+sub p90 { my ($w) = @_; return $w->[ int(@$w * 9 / 10) ] }
 
 sql("SELECT tide.outbox_create('orders')");
 set_pipeline('healthy', { sink_type => 'webhook', url => $healthy->url, allow_http => JSON::PP::true,
@@ -109,8 +113,8 @@ my %silent = (
 	mqtt_tls => { sink_type => 'mqtt', host => '127.0.0.1', port => $port, topic => 't', tls => $no_verify },
 	webhook => { sink_type => 'webhook', url => "http://127.0.0.1:$port/hook", allow_http => JSON::PP::true,
 		allow_private_network => JSON::PP::true },
-	webhook_tls => { sink_type => 'webhook', url => "https://127.0.0.1:$port/hook",
-		allow_private_network => JSON::PP::true });
+	map { ("webhook_tls$_" => { sink_type => 'webhook', url => "https://127.0.0.1:$port/hook$_",
+		allow_private_network => JSON::PP::true }) } 1 .. 4);
 set_pipeline($_, { %{ $silent{$_} }, %common }) for sort keys %silent;
 
 my $beside = waits('beside');
@@ -118,12 +122,15 @@ ok(defined $beside, 'beside the silent brokers: the healthy pipeline delivers th
 if (defined $beside)
 {
 	my ($a, $b) = (p50($alone), p50($beside));
-	note(sprintf('healthy pipeline: p50 alone %.1f ms, beside the silent brokers %.1f ms (max %.1f ms)',
-			$a * 1000, $b * 1000, $beside->[-1] * 1000));
+	note(sprintf('healthy pipeline: p50 alone %.1f ms, beside the silent brokers %.1f ms; p90 %.1f and %.1f ms; max %.1f ms beside',
+			$a * 1000, $b * 1000, p90($alone) * 1000, p90($beside) * 1000, $beside->[-1] * 1000));
 	# three times alone, with a floor of alone + 30 ms: on a loaded two-core
 	# machine a p50 of a few milliseconds alone varies by more than 3 times
 	my $bound = $a * 3 > $a + 0.030 ? $a * 3 : $a + 0.030;
 	cmp_ok($b, '<=', $bound, 'p50 beside the silent brokers is within max(3 x alone, alone + 30 ms)');
+	# a stall of the loop once per pipeline (a TLS connection's CA bundle
+	# read in the loop) delays a run of messages: the p90 shows it
+	cmp_ok(p90($beside), '<=', p90($alone) + 0.250, 'p90 beside the silent brokers is within p90 alone + 250 ms');
 }
 
 ###########################################################################
