@@ -10,8 +10,10 @@
 #    too_large after one attempt (Redis closed the connection while the
 #    relay was still writing it, which was taken for a lost connection:
 #    the pipeline held, and the message was sent again and again);
-#  - the 50 others reach the broker.
-# RabbitMQ's max_message_size is covered by test/t/046_relay_rabbitmq.pl.
+#  - the 50 others reach the broker;
+#  - the worker's private memory afterwards is within 16 MB of its memory
+#    at rest (less than one large message kept).
+# RabbitMQ (max_message_size) has the same case in test/t/046_relay_rabbitmq.pl.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -54,23 +56,43 @@ my %pipelines = (
 		producer => { 'message.max.bytes' => 1048576 } });
 my $sub = $mq->subscribe('big');
 
+# The relay worker's private memory (kB).
+sub worker_private_kb
+{
+	my $pid = sql("SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pg_tide relay worker%' LIMIT 1");
+	open(my $fh, '<', "/proc/$pid/smaps_rollup") or return undef;
+	my $kb = 0;
+	while (<$fh>) { $kb += $1 if /^Private_(?:Clean|Dirty):\s+(\d+) kB/ }
+	return $kb;
+}
+
+# Each pipeline delivers a first message, so that the worker has loaded
+# and connected everything before its memory at rest is read.
+for my $p (sort keys %pipelines)
+{
+	sql("SELECT tide.outbox_create('$p')");
+	sql("SELECT tide.outbox_publish('$p', '{\"first\": 1}')");
+	my $c = $json->encode({ %{ $pipelines{$p} }, retry => $retry });
+	sql("SELECT tide.relay_set_outbox('$p', '$p', '$p', '$c'::jsonb)");
+}
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_pipeline_status WHERE last_success_at IS NOT NULL") == keys %pipelines }, 60, 200_000),
+	'each pipeline delivered its first message');
+my $rest_kb = worker_private_kb();
+
 # Per pipeline: the large message's id, then the 50 others'.
 my %ids;
 for my $p (sort keys %pipelines)
 {
-	sql("SELECT tide.outbox_create('$p')");
 	@{ $ids{$p} } = split /\n/, sql(qq{SELECT tide.outbox_publish('$p', jsonb_build_object('pad', repeat('x', 20000000)));
 		SELECT tide.outbox_publish('$p', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
-	my $c = $json->encode({ %{ $pipelines{$p} }, retry => $retry });
-	sql("SELECT tide.relay_set_outbox('$p', '$p', '$p', '$c'::jsonb)");
 }
 
 # What each broker holds of the 50 ordinary messages.
 my %arrived = (
-	redis => sub { $redis->cli('XLEN', 'big') // 0 },
-	nats => sub { $nats->count('BIG') },
+	redis => sub { ($redis->cli('XLEN', 'big') // 0) - 1 },
+	nats => sub { $nats->count('BIG') - 1 },
 	mqtt => sub { my $m = $mq->by_id($sub); scalar grep { $m->{$_} } @{ $ids{mqtt} } },
-	kafka => sub { scalar grep { length($_->{body}) < 1000 } $kafka->consume('big') });
+	kafka => sub { (grep { length($_->{body}) < 1000 } $kafka->consume('big')) - 1 });
 
 for my $p (sort keys %pipelines)
 {
@@ -86,6 +108,12 @@ for my $p (sort keys %pipelines)
 		  . sql("SELECT health || ' ' || coalesce(last_error_class, '') || ' ' || coalesce(last_error, '')
 				   FROM tide.relay_pipeline_status WHERE pipeline = '$p'"));
 }
+
+# The memory of the large messages is given back once they are done: the
+# worker's private memory stays within one large message of its rest.
+my $after_kb = worker_private_kb();
+note("the worker's private memory: $rest_kb kB at rest, $after_kb kB after the large messages");
+cmp_ok($after_kb, '<', $rest_kb + 16 * 1024, 'the worker gave the large messages\' memory back');
 
 my $log = slurp_file($node->logfile);
 unlike($log, qr/terminated by signal/, 'no server process crashed');
