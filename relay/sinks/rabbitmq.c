@@ -1080,7 +1080,7 @@ rabbitmq_progress(void *state, RelaySinkBatch *batch)
 
 	if (rb->finished)
 		return true;
-	if (st->conn == NULL)
+	if (st->conn == NULL && st->connector != NULL)
 	{
 		/* the connection is being made (connect_signalled ends the wait) */
 		if (GetCurrentTimestamp() < rb->window.deadline)

@@ -341,19 +341,16 @@ xadd_answered(redisAsyncContext *ac, void *r, void *privdata)
 	rb->batch->ready = true;
 }
 
-/* One answer of a new connection's set-up came: the last one makes it ready. */
-static void
-setup_answer_counted(RedisSink *s)
-{
-	if (--s->setup_pending == 0 && s->conn == REDIS_CONNECTING)
-	{
-		s->conn = REDIS_READY;
-		if (s->rb != NULL)
-			s->rb->batch->ready = true;
-	}
-}
+/*
+ * The privdata of CONFIG GET proto-max-bulk-len on a new connection, whose
+ * answer is the longest argument Redis takes: longer ones make it close
+ * the connection, often before its error answer can be read, so they are
+ * never sent. An error answer (CONFIG is renamed, or not in the user's
+ * ACL) leaves the limit unknown; that is no failure.
+ */
+static const char limit_query[] = "CONFIG GET proto-max-bulk-len";
 
-/* The answer to AUTH or SELECT on a new connection. */
+/* The answer to AUTH, SELECT or CONFIG GET (privdata limit_query) on a new connection. */
 static void
 setup_answered(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -366,7 +363,14 @@ setup_answered(redisAsyncContext *ac, void *r, void *privdata)
 					 ac->errstr[0] ? ac->errstr : "closed");
 		return;
 	}
-	if (reply->type == REDIS_REPLY_ERROR)
+	if (privdata == limit_query)
+	{
+		s->max_bulk = 0;
+		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+			reply->element[1]->type == REDIS_REPLY_STRING)
+			s->max_bulk = Max(strtoll(reply->element[1]->str, NULL, 10), 0);
+	}
+	else if (reply->type == REDIS_REPLY_ERROR)
 	{
 		RelayMessageOutcome o;
 		char		what[256];
@@ -381,33 +385,12 @@ setup_answered(redisAsyncContext *ac, void *r, void *privdata)
 			note_failure(s, RELAY_CLASS_CONNECTION, "connection: Redis refused the connection's set-up: %s", what);
 		return;
 	}
-	setup_answer_counted(s);
-}
-
-/*
- * The answer to CONFIG GET proto-max-bulk-len on a new connection: the
- * longest argument Redis takes. Longer ones make it close the connection,
- * often before its error answer can be read, so they are never sent. An
- * error answer (CONFIG is renamed, or not in the user's ACL) leaves the
- * limit unknown; that is no failure.
- */
-static void
-limit_answered(redisAsyncContext *ac, void *r, void *privdata)
-{
-	RedisSink  *s = ac->data;
-	redisReply *reply = r;
-
-	if (reply == NULL)
+	if (--s->setup_pending == 0 && s->conn == REDIS_CONNECTING)
 	{
-		note_failure(s, RELAY_CLASS_CONNECTION, "connection: the connection to Redis was lost: %s",
-					 ac->errstr[0] ? ac->errstr : "closed");
-		return;
+		s->conn = REDIS_READY;
+		if (s->rb != NULL)
+			s->rb->batch->ready = true;
 	}
-	s->max_bulk = 0;
-	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-		reply->element[1]->type == REDIS_REPLY_STRING)
-		s->max_bulk = Max(strtoll(reply->element[1]->str, NULL, 10), 0);
-	setup_answer_counted(s);
 }
 
 /* hiredis: the connect finished, or failed (then the context is freed). */
@@ -547,7 +530,7 @@ start_connect(RedisSink *s)
 		if (redisAsyncCommandArgv(ac, setup_answered, NULL, 2, argv, lens) == REDIS_OK)
 			s->setup_pending++;
 	}
-	if (redisAsyncCommand(ac, limit_answered, NULL, "CONFIG GET proto-max-bulk-len") == REDIS_OK)
+	if (redisAsyncCommand(ac, setup_answered, (void *) limit_query, limit_query) == REDIS_OK)
 		s->setup_pending++;
 }
 
