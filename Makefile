@@ -34,7 +34,7 @@ OBJS = \
 	relay/config_value.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o \
-	relay/broker.o relay/send_window.o relay/host_lookup.o
+	relay/broker.o relay/connector.o relay/send_window.o relay/host_lookup.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source

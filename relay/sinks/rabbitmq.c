@@ -129,7 +129,7 @@ typedef struct RabbitState
 {
 	RabbitConfig cfg;
 	amqp_connection_state_t conn;	/* NULL: not connected */
-	struct RabbitConnector *connector;	/* the connection being made, or NULL */
+	RelayConnector *connector;	/* the connection being made, or NULL */
 	RelayWatch *watch;
 	uint32		watched;		/* the events watched */
 	uint64		next_tag;		/* delivery tag of the next publish */
@@ -507,34 +507,19 @@ reply_error(amqp_rpc_reply_t r, const char *what, const char **cls, char *error,
 }
 
 /*
- * A connection's making, on a thread of its own: rabbitmq-c makes it only
- * blocking (the TCP connect and the TLS handshake, then the AMQP
- * handshake, login, channel.open and confirm.select, each waiting for the
- * broker's answer), which in the loop would hold every pipeline of the
- * worker while a broker accepts connections and never answers. The thread
- * makes it within the pipeline's timeout_ms and hands it to the loop
- * (connect_signalled), which watches its socket from then on.
- *
- * The connector is shared by the loop and the thread, each holding a
- * reference, and owns copies of the settings it needs (the pipeline may
- * close meanwhile). The loop may give it up while the thread still works:
- * one atomic state decides which of the two destroys the connection. The
- * thread calls no PostgreSQL function and allocates with malloc only.
+ * A connection's making, on a thread of its own (broker.h's
+ * RelayConnectorStart): rabbitmq-c makes it only blocking (the TCP connect
+ * and the TLS handshake, then the AMQP handshake, login, channel.open and
+ * confirm.select, each waiting for the broker's answer), which in the loop
+ * would hold every pipeline of the worker while a broker accepts
+ * connections and never answers. The thread makes it within the
+ * pipeline's timeout_ms and hands it to the loop (connect_done), which
+ * watches its socket from then on. The connector's struct holds copies
+ * of the settings (the pipeline may close meanwhile), malloc'd.
  */
-typedef enum RabbitConnectState
-{
-	RABBIT_CONNECT_RUNNING = 0,
-	RABBIT_CONNECT_FINISHED,	/* the thread returned: the connection is the loop's */
-	RABBIT_CONNECT_ABANDONED	/* the loop gave it up: the thread destroys it */
-} RabbitConnectState;
-
 typedef struct RabbitConnector
 {
-	int			refs;			/* the loop's and the thread's (atomic) */
-	int			state;			/* RabbitConnectState (atomic) */
-	RelayNotifier notifier;		/* the thread signals it; watched until taken or given up */
 	RabbitState *st;			/* the loop's: whose connection this is */
-	/* the settings, copied (malloc) */
 	char	   *host;
 	char	   *vhost;
 	char	   *username;
@@ -565,13 +550,12 @@ connector_strdup(const char *s, bool *failed)
 	return copy;
 }
 
-/* Drops one reference; the last one frees the connector. */
+/* RelayConnector's release: frees the connector's struct. */
 static void
-connector_release(RabbitConnector *c)
+connect_release(void *arg)
 {
-	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
-		return;
-	RelayNotifierClose(&c->notifier);
+	RabbitConnector *c = arg;
+
 	if (c->password != NULL)
 		explicit_bzero(c->password, strlen(c->password));
 	free(c->host);
@@ -582,6 +566,17 @@ connector_release(RabbitConnector *c)
 	free(c->cert_file);
 	free(c->key_file);
 	free(c);
+}
+
+/* RelayConnector's discard: a connection nobody took. */
+static void
+connect_discard(void *arg)
+{
+	RabbitConnector *c = arg;
+
+	if (c->conn != NULL)
+		amqp_destroy_connection(c->conn);
+	c->conn = NULL;
 }
 
 /* Sets *tv to what is left until deadline (a monotonic time in ms), at least 1 ms. */
@@ -704,44 +699,30 @@ connect_broker(RabbitConnector *c)
 	return true;
 }
 
-/* The connector's thread. */
-static void *
+/* RelayConnector's connect, on the connector's thread. */
+static void
 connect_main(void *arg)
 {
-	RabbitConnector *c = arg;
-	int			expected = RABBIT_CONNECT_RUNNING;
-
-	connect_broker(c);
-	if (__atomic_compare_exchange_n(&c->state, &expected, RABBIT_CONNECT_FINISHED, false,
-									__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-		RelayNotifierSignal(&c->notifier);
-	else if (c->conn != NULL)
-		amqp_destroy_connection(c->conn);
-	connector_release(c);
-	return NULL;
+	(void) connect_broker(arg);
 }
 
 static void fail_all(RabbitBatch *rb, RelayOutcome outcome, const char *cls, const char *error);
 
 /*
- * events.c: the connector's thread returned; the loop takes its
- * connection, or fails the batch that waits for it.
+ * RelayConnector's done, in the loop: takes the connection, or fails the
+ * batch that waits for it.
  */
 static void
-connect_signalled(int fd, uint32 events, void *arg)
+connect_done(void *arg)
 {
 	RabbitConnector *c = arg;
 	RabbitState *st = c->st;
 
-	RelayNotifierDrain(&c->notifier);
-	if (c->notifier.watch == NULL ||
-		__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != RABBIT_CONNECT_FINISHED)
-		return;
-	RelayNotifierStopWatching(&c->notifier);
 	st->connector = NULL;
 	if (c->conn != NULL)
 	{
 		st->conn = c->conn;
+		c->conn = NULL;
 		st->next_tag = 1;
 		watch_socket(st, false);
 		if (st->rb != NULL && !st->rb->finished)
@@ -751,7 +732,6 @@ connect_signalled(int fd, uint32 events, void *arg)
 		fail_all(st->rb, RELAY_UNREACHABLE, c->cls, c->error);
 	if (st->rb != NULL)
 		st->rb->batch->ready = true;
-	connector_release(c);
 }
 
 /*
@@ -764,7 +744,6 @@ connector_start(RabbitState *st, const char **cls, char *error, size_t size)
 	const RabbitConfig *cfg = &st->cfg;
 	RabbitConnector *c = calloc(1, sizeof(RabbitConnector));
 	bool		failed = false;
-	int			rc;
 
 	*cls = RELAY_CLASS_CONNECTION;
 	if (c == NULL)
@@ -772,7 +751,6 @@ connector_start(RabbitState *st, const char **cls, char *error, size_t size)
 		snprintf(error, size, "connection: out of memory");
 		return false;
 	}
-	c->refs = 2;
 	c->st = st;
 	c->host = connector_strdup(cfg->host, &failed);
 	c->vhost = connector_strdup(cfg->vhost, &failed);
@@ -785,42 +763,15 @@ connector_start(RabbitState *st, const char **cls, char *error, size_t size)
 	c->tls = cfg->tls;
 	c->verify = cfg->verify;
 	c->timeout_ms = cfg->timeout_ms;
-	if (failed || !RelayNotifierOpen(&c->notifier, connect_signalled, c))
+	if (failed)
 	{
-		snprintf(error, size, "connection: cannot wait for a connect: %s",
-				 failed ? "out of memory" : strerror(errno));
-		c->notifier.fd = -1;
-		c->refs = 1;
-		connector_release(c);
+		snprintf(error, size, "connection: out of memory");
+		connect_release(c);
 		return false;
 	}
-	if ((rc = RelayBrokerStartThread(connect_main, c)) != 0)
-	{
-		snprintf(error, size, "connection: cannot start a thread to connect: %s", strerror(rc));
-		c->refs = 1;
-		connector_release(c);
-		return false;
-	}
-	st->connector = c;
-	return true;
-}
-
-/* Gives a pipeline's running connector up (its pipeline closes). */
-static void
-connector_abandon(RabbitState *st)
-{
-	RabbitConnector *c = st->connector;
-	int			expected = RABBIT_CONNECT_RUNNING;
-
-	if (c == NULL)
-		return;
-	st->connector = NULL;
-	RelayNotifierStopWatching(&c->notifier);
-	/* finished but not taken yet: the connection is the loop's to destroy */
-	if (!__atomic_compare_exchange_n(&c->state, &expected, RABBIT_CONNECT_ABANDONED, false,
-									 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) && c->conn != NULL)
-		amqp_destroy_connection(c->conn);
-	connector_release(c);
+	st->connector = RelayConnectorStart(connect_main, connect_done, connect_discard, connect_release,
+										c, error, size);
+	return st->connector != NULL;
 }
 
 /* created_at ("2026-01-02T03:04:05.678+01:00") as seconds since 1970, or now. */
@@ -1158,7 +1109,8 @@ rabbitmq_close(void *state)
 
 	st->rb = NULL;
 	disconnect(st);
-	connector_abandon(st);
+	RelayConnectorAbandon(st->connector);
+	st->connector = NULL;
 }
 
 /* The pipeline's settings, with the credentials it refers to read. */
