@@ -43,7 +43,8 @@ my $json = JSON::PP->new->canonical;
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $password = 'rmq-secret-pw';
 $ENV{PG_TIDE_RABBITMQ_PASSWORD} = $password;
-my $node = tide_node('rabbitmq', "pg_tide.relay_naptime_ms = 100\n");
+# (pg_tide.max_payload_bytes is raised for an 8 MB message)
+my $node = tide_node('rabbitmq', "pg_tide.relay_naptime_ms = 100\npg_tide.max_payload_bytes = 33554432\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
@@ -250,6 +251,23 @@ is(sql(q{SELECT string_agg((payload->>'n') || ':' || reason || ':' || last_error
 	. 'refused (a routing key, a header name over 255 bytes): each with its class');
 is(wait_all('q_mixed', 20), 20, 'the other messages arrived');
 ok(!grep({ $_ > 100 } ns_of('q_mixed')), 'no refused message reached the queue');
+
+# An 8 MB message, far over max_message_size (64 kB) and larger than the
+# socket's buffers, then 50 others: it is
+# dead-lettered as too_large after one attempt, whatever the broker does
+# with the rest of its frames, and the 50 arrive.
+amqp('queue', 'q_huge');
+sql("SELECT tide.outbox_create('huge')");
+my ($huge) = split /\n/, sql(q{SELECT tide.outbox_publish('huge', jsonb_build_object('n', 0, 'pad', repeat('x', 8000000)))});
+sql(q{SELECT tide.outbox_publish('huge', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+set_pipeline('huge', 'huge', exchange => '', routing_key => 'q_huge');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'huge'") == 1 }, 60),
+	'an 8 MB message is dead-lettered');
+is(sql("SELECT message_id || ':' || reason || ':' || last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'huge'"),
+	"$huge:permanent:too_large", '... as too_large, permanent');
+is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'huge' AND message_id = $huge"), '1',
+	'... after one attempt');
+is(wait_all('q_huge', 50), 50, 'the 50 messages behind it arrived');
 
 # --------------------------------------------------- nack: retried, class broker
 amqp('queue', 'q_small', 5);
