@@ -55,6 +55,9 @@
 #              is measured over (default 60: a whole minute holds the
 #              worker's once-a-minute sweep and attempt-log trim exactly once,
 #              where a shorter window holds them or not by chance)
+#   FANOUT_SETTLE_SECONDS  how long after the fan-out the worker's private
+#              memory is measured again (default 5), to be compared with
+#              its size at rest before it
 #   PARTS      "all" (default); "workers" for the runs with several workers
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
@@ -86,7 +89,10 @@
 # messages waiting while disabled; one commit enables them all; the rate
 # is the requests answered divided by the time from that commit to the
 # last pipeline's record, beside one pipeline delivering
-# MANY_PIPELINES x FANOUT_N messages in the same round.
+# MANY_PIPELINES x FANOUT_N messages in the same round. The worker's private
+# memory is taken before the fan-out, right after it and
+# FANOUT_SETTLE_SECONDS later: what it keeps of the burst (target: at most
+# twice its size at rest).
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -119,6 +125,7 @@ WORKERS_N_SLOW=${WORKERS_N_SLOW:-2000}
 PARTS=${PARTS:-all}
 MANY_PIPELINES=${MANY_PIPELINES:-1000}
 FANOUT_N=${FANOUT_N:-100}
+FANOUT_SETTLE_SECONDS=${FANOUT_SETTLE_SECONDS:-5}
 REST_SECONDS=${REST_SECONDS:-60}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
@@ -656,7 +663,7 @@ SQL
 # answered / (that commit to the last pipeline's record). Then one pipeline
 # delivering as many messages (throughput); records both and their ratio.
 fanout() {
-	local round=$1 total last start end secs rate one st
+	local round=$1 total last start end secs rate one st wpid mem_rest mem_burst mem_settled
 	total=$((MANY_PIPELINES * FANOUT_N))
 	drop_many fan
 	psql_db >/dev/null <<SQL
@@ -673,6 +680,10 @@ CHECKPOINT;
 SQL
 	last=$(psql_db -A -t -c "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'fan'")
 	control "$PORT" '{"reset": true}'
+	# The worker's private memory before the burst, right after it and
+	# FANOUT_SETTLE_SECONDS later: what it keeps of a burst.
+	wpid=$(psql_db -A -t -c "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+	mem_rest=$(proc_rss_kb "$wpid")
 	start=$(enable_and_wake 'fan\_%')
 	for _ in $(seq 1 6000); do
 		if [ "$(stats "$PORT" | jq .requests)" -ge "$total" ] &&
@@ -686,11 +697,20 @@ SQL
 		echo "relay.sh: fan-out to $MANY_PIPELINES pipelines: not every message delivered with a 200: $st" >&2
 		exit 1
 	fi
+	mem_burst=$(proc_rss_kb "$wpid")
 	end=$(psql_db -A -t -c "SELECT extract(epoch FROM max(updated_at)) FROM tide.relay_consumer_offsets WHERE pipeline_id LIKE 'fan\_%'")
 	secs=$(awk "BEGIN { print $end - $start }")
 	rate=$(awk "BEGIN { print $(echo "$st" | jq .requests) / $secs }")
 	printf '%s\t%s\t%s\t%s\t%s\n' "fanout" "$round" "$(echo "$st" | jq .requests)" "$secs" "$rate" >>"$RESULTS"
 	printf '  %-22s round %s  %d requests in %6.3f s  %8.0f req/s\n' "fan-out" "$round" "$(echo "$st" | jq .requests)" "$secs" "$rate"
+	sleep "$FANOUT_SETTLE_SECONDS"
+	mem_settled=$(proc_rss_kb "$wpid")
+	bench_record worker_memory_kb "fan-out, at rest before it" "$round" "$mem_rest"
+	bench_record worker_memory_kb "fan-out, right after it" "$round" "$mem_burst"
+	bench_record worker_memory_kb "fan-out, ${FANOUT_SETTLE_SECONDS} s after it" "$round" "$mem_settled"
+	printf '  %-22s round %s  worker memory %d kB at rest, %d kB right after, %d kB %d s after (%.2f times at rest)\n' \
+		"fan-out" "$round" "$mem_rest" "$mem_burst" "$mem_settled" "$FANOUT_SETTLE_SECONDS" \
+		"$(awk "BEGIN { print $mem_settled / $mem_rest }")"
 	drop_many fan
 	wait_pipelines 1
 	throughput one_pipeline single "$total" "$SINGLE_CFG" "$round"

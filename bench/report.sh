@@ -168,6 +168,8 @@ publish_rows() {
 		"$(stat relay.sh latency_beside_hang p99)"
 	target_row "catch-up rate, 1,000,000 waiting / 100,000 waiting" ">=" 0.9 "%.3f" \
 		"$(ratio relay.sh relay catchup_1000000 relay catchup_100000)"
+	target_row "relay worker's private memory 5 s after a fan-out / at rest before it" "<=" 2 "%.3f" \
+		"$(ratio relay.sh worker_memory_kb "fan-out, 5 s after it" worker_memory_kb "fan-out, at rest before it")"
 	echo
 	echo "\"Flat\" catch-up is read as: the rate with 1,000,000 messages waiting is at least 0.9 of the"
 	echo "rate with 100,000 waiting."

@@ -12,7 +12,8 @@
  * ProcessUtility hook (every backend has it, the library is preloaded)
  * recognises those commands, pauses the database in shared memory so the
  * launcher does not restart its worker, terminates the worker, and waits,
- * bounded, until it has gone.
+ * bounded, until it has gone. The same hook notes the sessions that
+ * restore a database (restore.c).
  */
 #include "postgres.h"
 
@@ -269,6 +270,8 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 					  ParamListInfo params, QueryEnvironment *queryEnv,
 					  DestReceiver *dest, QueryCompletion *qc)
 {
+	int			copy_nest;
+
 	if (Relay != NULL && pstmt->utilityStmt != NULL)
 	{
 		Oid			dboid = database_needed_alone(pstmt->utilityStmt);
@@ -282,12 +285,27 @@ relay_process_utility(PlannedStmt *pstmt, const char *queryString,
 			stop_database_worker(dboid);
 	}
 
+	/* a restore's COPY into the extension's tables (restore.c) */
+	copy_nest = Relay != NULL && pstmt->utilityStmt != NULL ?
+		RelayBeginRestoreCopy(pstmt->utilityStmt) : -1;
+
 	if (prev_process_utility_hook)
 		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
 								  params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
+
+	RelayEndRestoreCopy(copy_nest);
+	/*
+	 * a restore's session keeps the relay out of its database, and the
+	 * child tables it creates join the extension (restore.c)
+	 */
+	if (Relay != NULL && pstmt->utilityStmt != NULL)
+	{
+		RelayAdoptRestoredChild(pstmt->utilityStmt);
+		RelayNoteSessionSetting(pstmt->utilityStmt);
+	}
 }
 
 /* Installs the ProcessUtility hook; called from _PG_init when preloaded. */

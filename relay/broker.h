@@ -130,6 +130,27 @@ extern PGDLLEXPORT void RelayNotifierClose(RelayNotifier *n);
 extern PGDLLEXPORT int RelayBrokerStartThread(void *(*thread_main) (void *), void *arg);
 
 /*
+ * A connect that a client library makes only blocking, on a thread of its
+ * own (connector.c), so that a broker that accepts connections and never
+ * answers holds only its own pipeline. arg is the sink's malloc'd struct:
+ * the settings the connect needs (copied: the pipeline may close
+ * meanwhile) and room for its result. connect(arg) runs on the thread and
+ * follows the rule above; done(arg) runs in the loop once it returned,
+ * and takes the result; discard(arg) destroys a result nobody took (the
+ * connector given up), on either side; release(arg) frees arg, once both
+ * let go. RelayConnectorStart returns NULL with error (arg released) when
+ * it cannot start; RelayConnectorAbandon gives a connector up (its
+ * pipeline closes) until which done has not run.
+ */
+typedef struct RelayConnector RelayConnector;
+typedef void (*RelayConnectorFn) (void *arg);
+
+extern PGDLLEXPORT RelayConnector *RelayConnectorStart(RelayConnectorFn connect, RelayConnectorFn done,
+													   RelayConnectorFn discard, RelayConnectorFn release,
+													   void *arg, char *error, size_t errsize);
+extern PGDLLEXPORT void RelayConnectorAbandon(RelayConnector *c);
+
+/*
  * A broker's host name looked up without blocking the loop
  * (host_lookup.c): client libraries would call getaddrinfo inside their
  * connect, so that a slow or silent name server held every pipeline of

@@ -279,6 +279,8 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 							  "   AND (NOT $3 OR q.ordering_key IS NULL OR NOT EXISTS"
 							  "        (SELECT FROM tide.relay_retry_queue e"
 							  "          WHERE e.pipeline_id OPERATOR(pg_catalog.=) q.pipeline_id"
+							  "            AND pg_catalog.hashtextextended(e.ordering_key, 0)"
+							  "                OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(q.ordering_key, 0)"
 							  "            AND e.ordering_key OPERATOR(pg_catalog.=) q.ordering_key"
 							  "            AND e.message_id OPERATOR(pg_catalog.<) q.message_id"
 							  "            AND e.next_attempt_at OPERATOR(pg_catalog.>) $4))"

@@ -25,6 +25,11 @@
  *	 still waiting for its time are taken, in id order (lease.c), so the
  *	 head of each key goes first and the entries parked behind it follow
  *	 once it has left the queue (delivered or dead-lettered).
+ * - A key is a message's value, of any length: the queue's index holds its
+ *	 hash (sql/install/01_catalog.sql), which the queries compare first to
+ *	 use the index and then the keys in full, so two keys whose hashes
+ *	 collide are still two keys; in memory keys are compared in full
+ *	 (strcmp), never cut to a fixed size.
  */
 #include "postgres.h"
 
@@ -175,6 +180,8 @@ RelayOrderingFindBlocked(const RelayPipeline *p, RelayMessage *msgs, int n)
 	if (SPI_execute_with_args("SELECT u.i FROM pg_catalog.unnest($2) WITH ORDINALITY AS u(k, i)"
 							  " WHERE EXISTS (SELECT FROM tide.relay_retry_queue q"
 							  "                WHERE q.pipeline_id OPERATOR(pg_catalog.=) $1"
+							  "                  AND pg_catalog.hashtextextended(q.ordering_key, 0)"
+							  "                      OPERATOR(pg_catalog.=) pg_catalog.hashtextextended(u.k, 0)"
 							  "                  AND q.ordering_key OPERATOR(pg_catalog.=) u.k)",
 							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the retry queue of pipeline \"%s\"", p->name);

@@ -83,7 +83,8 @@ RelayPacingAllowance(const RelayPipeline *p, RelayPacing *pc, int want, Timestam
 				return 0;
 			}
 			pc->breaker = RELAY_BREAKER_HALF_OPEN;
-			ereport(LOG,
+			/* the first probe after it opened; the later ones as the openings say (log_repeat.c) */
+			ereport(pc->opened.times <= 1 ? LOG : DEBUG1,
 					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker half-open, sending one message as a probe",
 							p->name)));
 		}
@@ -127,6 +128,8 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 					  int successes)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	int64		unlogged;
+	RelayRepeatLine line;
 
 	if (pacing_rate(p) > 0)
 		pc->tokens -= sent;
@@ -134,10 +137,16 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 		return;
 	if (successes > 0)
 	{
-		if (pc->breaker != RELAY_BREAKER_CLOSED)
+		int64		times;
+		TimestampTz since;
+
+		if (RelayRepeatEnd(&pc->opened, &times, &since) || pc->breaker != RELAY_BREAKER_CLOSED)
 			ereport(LOG,
 					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker closed, the probe succeeded",
-							p->name)));
+							p->name),
+					 since != 0 ?
+					 errdetail("It opened " INT64_FORMAT " time%s since %s.",
+							   times, times == 1 ? "" : "s", timestamptz_to_str(since)) : 0));
 		pc->breaker = RELAY_BREAKER_CLOSED;
 		pc->failures_in_row = 0;
 		pc->cooldown_ms = 0;
@@ -154,10 +163,21 @@ RelayPacingAfterBatch(const RelayPipeline *p, RelayPacing *pc, int sent, int fai
 			Min(pc->cooldown_ms * 2, cooldown * 10);
 		pc->breaker = RELAY_BREAKER_OPEN;
 		pc->breaker_until = TimestampTzPlusMilliseconds(now, pc->cooldown_ms);
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\": circuit breaker open after %d failed attempts in a row",
-						p->name, pc->failures_in_row),
-				 errdetail("Nothing is sent for %ld ms; then one message is sent as a probe.",
-						   pc->cooldown_ms)));
+		/* once when it first opens, then at most once a minute (log_repeat.c) */
+		line = RelayRepeatNote(&pc->opened, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker open after %d failed attempts in a row",
+							p->name, pc->failures_in_row),
+					 errdetail("Nothing is sent for %ld ms; then one message is sent as a probe.",
+							   pc->cooldown_ms),
+					 errhint("Until a probe succeeds, its openings are logged at most once a minute.")));
+		else if (line == RELAY_REPEAT_AGAIN)
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\": circuit breaker open again, a probe failed",
+							p->name),
+					 errdetail(INT64_FORMAT " more opening%s since the last line; " INT64_FORMAT " since %s. Nothing is sent for %ld ms.",
+							   unlogged, unlogged == 1 ? "" : "s", pc->opened.times,
+							   timestamptz_to_str(pc->opened.since), pc->cooldown_ms)));
 	}
 }

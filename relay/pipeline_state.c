@@ -18,7 +18,9 @@
  *
  * After an ERROR the turn's transaction is aborted and the cause may still
  * be there (a full disk): a write that fails here is logged and given up,
- * never raised, so it cannot turn one pipeline's trouble into the worker's.
+ * never raised, so it cannot turn one pipeline's trouble into the worker's;
+ * while such failures go on, the log says so at most once a minute per
+ * pipeline (log_repeat.c).
  * Nothing is written while a DROP EXTENSION holds the table.
  */
 #include "postgres.h"
@@ -43,17 +45,26 @@ static SPIPlanPtr turn_error_plan = NULL;
 static SPIPlanPtr turn_ok_plan = NULL;
 static SPIPlanPtr forget_plan = NULL;
 
+/* The failures to clear an earlier worker's states, as the log tells them. */
+static RelayRepeat forget_log;
+
 /*
  * Runs one planned statement in a short transaction of its own; the
  * caller's memory context is kept. An ERROR is logged with what was being
- * recorded and then dropped, and false returned.
+ * recorded and then dropped, and false returned. `log` is the pipeline's
+ * record of such failures: the log says when they begin, at most once a
+ * minute while they go on (log_repeat.c), and when a record works again.
  */
 static bool
 run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
-				Datum *values, const char *what)
+				Datum *values, const char *what, RelayRepeat *log)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool done = false;
+	int64		times;
+	int64		unlogged;
+	RelayRepeatLine line;
+	TimestampTz since;
 
 	PG_TRY();
 	{
@@ -77,13 +88,27 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 		/* in a group of records (xact.c), only this one is undone */
 		RelayAbortShortXact();
 		MemoryContextSwitchTo(cxt);
-		ereport(LOG,
-				(errmsg("pg_tide relay could not record %s: %s", what, edata->message),
-				 errdetail("relay_pipeline_status may not show it until the next change.")));
+		line = RelayRepeatNote(log, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
+			ereport(LOG,
+					(errmsg("pg_tide relay could not record %s: %s", what, edata->message),
+					 errdetail("relay_pipeline_status may not show it until the next change."),
+					 errhint("Until a record works again, this is logged at most once a minute.")));
+		else if (line == RELAY_REPEAT_AGAIN)
+			ereport(LOG,
+					(errmsg("pg_tide relay still cannot record %s: %s", what, edata->message),
+					 errdetail(INT64_FORMAT " more failure%s since the last line; " INT64_FORMAT " since %s.",
+							   unlogged, unlogged == 1 ? "" : "s", log->times,
+							   timestamptz_to_str(log->since))));
 		FreeErrorData(edata);
 		done = false;
 	}
 	PG_END_TRY();
+	if (done && RelayRepeatEnd(log, &times, &since))
+		ereport(LOG,
+				(errmsg("pg_tide relay records %s again", what),
+				 errdetail("Recording failed " INT64_FORMAT " time%s since %s.",
+						   times, times == 1 ? "" : "s", timestamptz_to_str(since))));
 	return done;
 }
 
@@ -94,7 +119,7 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
  */
 void
 RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessageOutcome *o,
-				TimestampTz until, int holds)
+				TimestampTz until, int holds, RelayRepeat *log)
 {
 	Oid			types[4] = {TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID};
 	Datum		values[4];
@@ -121,7 +146,7 @@ RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessag
 					"   SET held_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1 OR h.held_since IS NULL"
 					"                         THEN pg_catalog.now() ELSE h.held_since END,"
 					"       held_until = $2, held_reason = $4, updated_at = pg_catalog.now()",
-					4, types, values, what);
+					4, types, values, what, log);
 }
 
 /*
@@ -130,7 +155,8 @@ RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessag
  * worker holds the pipeline until `until` because of it.
  */
 void
-RelayRecordTurnError(const char *pipeline, const char *message, int errors, TimestampTz until)
+RelayRecordTurnError(const char *pipeline, const char *message, int errors, TimestampTz until,
+					 RelayRepeat *log)
 {
 	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[4];
@@ -155,7 +181,7 @@ RelayRecordTurnError(const char *pipeline, const char *message, int errors, Time
 					"                               THEN pg_catalog.now() ELSE h.turn_error_since END,"
 					"       held_since = pg_catalog.now(), held_until = $4,"
 					"       held_reason = 'its last turn ended in an error', updated_at = pg_catalog.now()",
-					4, types, values, what);
+					4, types, values, what, log);
 }
 
 /*
@@ -163,7 +189,7 @@ RelayRecordTurnError(const char *pipeline, const char *message, int errors, Time
  * did: its error is cleared. The worker calls it only then.
  */
 void
-RelayRecordTurnOk(const char *pipeline)
+RelayRecordTurnOk(const char *pipeline, RelayRepeat *log)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
@@ -175,7 +201,7 @@ RelayRecordTurnOk(const char *pipeline)
 					"   SET turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
 					"       updated_at = pg_catalog.now()"
 					" WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND turn_error IS NOT NULL",
-					1, types, values, what);
+					1, types, values, what, log);
 }
 
 /*
@@ -211,6 +237,6 @@ RelayForgetPipelineStates(List *pipelines)
 						   "   AND (h.pipeline_id OPERATOR(pg_catalog.=) ANY ($1)"
 						   "        OR NOT EXISTS (SELECT FROM tide.relay_outbox_config c"
 						   "                        WHERE c.name OPERATOR(pg_catalog.=) h.pipeline_id AND c.enabled))",
-						   1, types, values, "the end of an earlier worker's holds");
+						   1, types, values, "the end of an earlier worker's holds", &forget_log);
 	return done && n > 0;
 }

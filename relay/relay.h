@@ -54,6 +54,12 @@
  * int) would take it. The ASCII of "tide".
  */
 #define RELAY_PIPELINE_LOCK_KEY	0x74696465
+/*
+ * The first key of the shared session-level advisory lock that a session
+ * restoring a database holds (restore.c): pg_locks shows it as classid,
+ * with objid 0 and objsubid 2. The ASCII of "tidr".
+ */
+#define RELAY_RESTORE_LOCK_KEY	0x74696472
 /* How long a database waits for a free relay worker before the launcher logs it. */
 #define RELAY_UNSERVED_GRACE_MS	5000
 
@@ -121,6 +127,26 @@ typedef enum RelayBreakerState
 	RELAY_BREAKER_HALF_OPEN
 } RelayBreakerState;
 
+/*
+ * A condition of a pipeline that repeats while it lasts (a hold, turns that
+ * end in an ERROR, a breaker that opens), as the log tells it (log_repeat.c).
+ */
+typedef struct RelayRepeat
+{
+	TimestampTz since;			/* when it started; 0: it is not going on */
+	TimestampTz logged_at;		/* its last line */
+	int64		times;			/* how often it happened since it started */
+	int64		unlogged;		/* how often since its last line, not logged */
+} RelayRepeat;
+
+/* What the log says of one more time of a condition (log_repeat.c). */
+typedef enum RelayRepeatLine
+{
+	RELAY_REPEAT_QUIET,			/* nothing: a line was written less than a minute ago */
+	RELAY_REPEAT_FIRST,			/* that it starts */
+	RELAY_REPEAT_AGAIN			/* that it goes on, with how often since the last line */
+} RelayRepeatLine;
+
 /* A pipeline's rate limit and breaker, in the worker's memory (pacing.c). */
 typedef struct RelayPacing
 {
@@ -130,6 +156,7 @@ typedef struct RelayPacing
 	int			failures_in_row;
 	TimestampTz breaker_until;	/* open: when it turns half-open */
 	long		cooldown_ms;	/* the last cooldown; doubles while probes fail */
+	RelayRepeat opened;			/* from its first opening to its closing, for the log */
 } RelayPacing;
 
 /* An enabled pipeline as a pass read it from relay_outbox_config. */
@@ -187,6 +214,8 @@ typedef struct RelaySettlement
 	int		   *attempt_no;		/* the attempt's number for relay_attempts; 0: not attempted */
 	long	   *delay_ms;		/* RELAY_REQUEUE: when to try again */
 	const char **reason;		/* RELAY_DEAD: 'permanent' or 'exhausted' */
+	bool	   *unrecorded;		/* set by RelayRecordEach: dead-lettered because
+								 * its outcome could not be recorded; NULL: none */
 } RelaySettlement;
 
 /* GUCs */
@@ -218,6 +247,9 @@ extern int	RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt
 							 TimestampTz *next_due);
 extern void RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt);
 
+/* record_each.c */
+extern void RelayRecordEach(const RelayPipeline *p, RelaySettlement *s, MemoryContext cxt);
+
 /* ordering.c: ordering 'key' (see the top of that file) */
 extern void RelayOrderingValidate(const cJSON *config, const char *ordering, cJSON *out);
 extern void RelayOrderingKeyArgs(const RelayPipeline *p, Datum *header, bool *header_null,
@@ -230,6 +262,14 @@ extern int	RelayOrderingParked(const RelayMessage *msgs, int n, const int *after
 
 /* retention.c */
 extern void RelaySweepOutboxes(void);
+
+/* log_repeat.c */
+extern RelayRepeatLine RelayRepeatNote(RelayRepeat *r, int64 *unlogged);
+extern bool RelayRepeatEnd(RelayRepeat *r, int64 *times, TimestampTz *since);
+
+/* worker_memory.c */
+extern void RelayKeepFreedMemory(void);
+extern void RelayReturnMemoryWhenIdle(int in_flight, long *timeout);
 
 /* pacing.c */
 extern const char *RelayBreakerStateName(const RelayPipeline *p, const RelayPacing *pc);
@@ -273,6 +313,25 @@ extern void RelayKeepPipeline(const char *name);
 extern void RelayReleaseUnservedPipelines(void);
 extern bool RelayWorkerRetired(void);
 
+/* extension_lock.c: the worker's lock order against DROP EXTENSION */
+typedef enum RelayExtensionTurn
+{
+	RELAY_EXTENSION_LOCKED,		/* held until RelayUnlockExtension */
+	RELAY_EXTENSION_BUSY,		/* a DROP EXTENSION holds or awaits it */
+	RELAY_EXTENSION_ABSENT		/* pg_tide is not installed */
+} RelayExtensionTurn;
+extern RelayExtensionTurn RelayLockExtensionForTurn(void);
+extern bool RelayExtensionLockedForXact(void);
+extern void RelayExtensionLockAborted(void);
+extern bool RelayUnlockExtension(void);
+
+/* restore.c: no relay while a restore loads the database */
+extern void RelayNoteSessionSetting(Node *parsetree);
+extern bool RelayRestoreInProgress(void);
+extern int	RelayBeginRestoreCopy(Node *parsetree);
+extern void RelayEndRestoreCopy(int nest);
+extern void RelayAdoptRestoredChild(Node *parsetree);
+
 /* xact.c */
 extern void RelayBeginShortXact(const char *activity);
 extern void RelayEndShortXact(MemoryContext cxt);
@@ -294,10 +353,11 @@ extern char *RelayReadSecretRef(const char *marked, char **error);
 
 /* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
-							const RelayMessageOutcome *o, TimestampTz until, int holds);
+							const RelayMessageOutcome *o, TimestampTz until, int holds,
+							RelayRepeat *log);
 extern void RelayRecordTurnError(const char *pipeline, const char *message, int errors,
-								 TimestampTz until);
-extern void RelayRecordTurnOk(const char *pipeline);
+								 TimestampTz until, RelayRepeat *log);
+extern void RelayRecordTurnOk(const char *pipeline, RelayRepeat *log);
 extern bool RelayForgetPipelineStates(List *pipelines);
 
 /* worker.c */

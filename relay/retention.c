@@ -15,10 +15,7 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_extension.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
-#include "storage/lmgr.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
@@ -28,27 +25,6 @@ int			SweepIntervalSecs = 60;
 
 /* How often the child tables are made ahead, at most. */
 #define MAINTAIN_INTERVAL_MS 1000
-
-/*
- * Locks the extension pg_tide against DROP EXTENSION (AccessShareLock, till
- * the transaction ends), without waiting; false when it cannot be locked
- * now or is gone.
- *
- * DROP EXTENSION locks the extension first, then its schema and tables.
- * Making a child went the other way: CREATE TABLE locks the schema tide,
- * and the worker, holding that, then waited for a lock on the extension
- * (seen on PostgreSQL 17 while it made a child): the two deadlocked (TAP
- * 011, test 8, in one CI run). With the extension locked first, before any
- * of its tables or its schema, the order is the drop's.
- */
-static bool
-lock_extension(void)
-{
-	Oid			extension = get_extension_oid("pg_tide", true);
-
-	return OidIsValid(extension) &&
-		ConditionalLockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
-}
 
 /* Makes the child tables ahead of the ids handed out, when it is due. */
 static void
@@ -61,9 +37,13 @@ maintain_partitions(TimestampTz now)
 		return;
 	last_maintained = now;
 
+	/*
+	 * Under the turn's lock on the extension, taken before the schema that
+	 * CREATE TABLE locks, as DROP EXTENSION takes them (extension_lock.c;
+	 * TAP 011 saw the two deadlock when the worker took the schema first).
+	 */
 	RelayBeginShortXact("pg_tide relay: making message partitions");
-	/* while DROP EXTENSION holds the extension, nothing is made this turn */
-	if (lock_extension() && RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
+	if (RelayTryLockTable("tide_outbox_partitions", AccessShareLock))
 	{
 		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._outbox_partitions_maintain()", 0, NULL),
 							 NULL, NULL, false, 1) != SPI_OK_SELECT)

@@ -84,12 +84,16 @@
  * worker cleanly; the launcher starts it again after a back-off, so
  * nothing crash-loops. The worker holds no lock and no transaction while
  * it waits, so DROP EXTENSION never waits for it.
+ *
+ * Steps 4 to 6 run SQL only under the extension's lock, which every turn
+ * that runs SQL takes first, without waiting, and gives back before step
+ * 7: DROP EXTENSION takes it first too, so the two never lock the
+ * extension's tables in opposite orders (extension_lock.c). While a DROP
+ * holds it or waits for it, the turn runs no SQL (a finished batch is
+ * recorded in a later turn) and the loop looks again after
+ * RELAY_EXTENSION_BUSY_WAIT_MS; once pg_tide is gone the worker leaves.
  */
 #include "postgres.h"
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -129,6 +133,9 @@
 #define RELAY_ERROR_HOLD_MIN_MS 1000
 #define RELAY_ERROR_HOLD_MAX_MS 60000
 
+/* How long the loop waits when a DROP EXTENSION kept its turn from the database. */
+#define RELAY_EXTENSION_BUSY_WAIT_MS 50
+
 static RelayWorkerSlot *my_slot = NULL;
 static RelayExitReason my_exit_reason = RELAY_EXIT_STOPPED;
 /* Why worker_should_stop last said the worker must stop. */
@@ -145,6 +152,8 @@ worker_exit(int code, Datum arg)
 {
 	if (my_slot == NULL)
 		return;
+	/* PostgreSQL keeps a session-level lock past the process's end */
+	(void) RelayUnlockExtension();
 	SpinLockAcquire(&Relay->mutex);
 	my_slot->exit_reason = my_exit_reason;
 	my_slot->exited = true;
@@ -246,6 +255,9 @@ typedef struct PipelineState
 	int			holds;			/* failed attempts in a row while held */
 	int64		held_at;		/* the message it is held at */
 	int			errors;			/* steps in a row that ended with an ERROR */
+	RelayRepeat held_log;		/* the hold, as the log tells it (log_repeat.c) */
+	RelayRepeat errors_log;		/* the ERRORs in a row, as the log tells them */
+	RelayRepeat record_log;		/* failures to record its state (pipeline_state.c) */
 	TimestampTz retry_check_at; /* DT_NOEND: the queue is empty */
 	RelayPacing pacing;			/* rate limit and circuit breaker */
 	TimestampTz paced_until;	/* the pacing lets it send again then; 0: now */
@@ -347,16 +359,64 @@ pipeline_state(const char *name)
 }
 
 /*
- * Ends a pipeline's hold: a batch went through, the destination asked to
- * be disabled, or the config changed. The one place where a hold ends
- * (hold_pipeline and hold_after_error are where one begins); a hold whose
- * time is up only lets the pipeline try again, and holds on until then.
+ * Logs that a condition of pipeline `name` the log said began is over:
+ * `what` (is no longer held, works again) because of `why`, with since
+ * when and how many times (`one`, `many`: what a time is called).
  */
 static void
-end_hold(PipelineState *st)
+log_over(const char *name, RelayRepeat *r, const char *what, const char *why,
+		 const char *one, const char *many)
+{
+	int64		times;
+	TimestampTz since;
+
+	if (RelayRepeatEnd(r, &times, &since))
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" %s: %s", name, what, why),
+				 errdetail("Since %s: " INT64_FORMAT " %s.",
+						   timestamptz_to_str(since), times, times == 1 ? one : many)));
+}
+
+/* Logs that a pipeline's hold is over (`why`), if the log said it began. */
+static void
+log_hold_over(PipelineState *st, const char *why)
+{
+	log_over(st->name, &st->held_log, "is no longer held", why,
+			 "failed attempt", "failed attempts");
+}
+
+/* Logs that a pipeline's ERRORs in a row are over (`why`), if the log said they began. */
+static void
+log_errors_over(PipelineState *st, const char *why)
+{
+	log_over(st->name, &st->errors_log, "works again", why,
+			 "step ended in an error", "steps in a row ended in an error");
+}
+
+/*
+ * Ends a pipeline's hold: a batch went through, the destination asked to
+ * be disabled, or the config changed (`why`). The one place where a hold
+ * ends (hold_pipeline and hold_after_error are where one begins); a hold
+ * whose time is up only lets the pipeline try again, and holds on until
+ * then. The log, which said when the hold began, says that it is over.
+ */
+static void
+end_hold(PipelineState *st, const char *why)
 {
 	st->held_until = 0;
 	st->holds = 0;
+	log_hold_over(st, why);
+}
+
+/*
+ * A pipeline's step or record ended without an ERROR after steps that
+ * did, or its config changed (`why`): its ERRORs in a row are over.
+ */
+static void
+end_errors(PipelineState *st, const char *why)
+{
+	st->errors = 0;
+	log_errors_over(st, why);
 }
 
 /* Ends a reading of a pipeline: its sink's state, then its memory. */
@@ -382,8 +442,8 @@ take_reading(PipelineState *st, RelayPipeline *p)
 	if (strcmp(st->config_md5, p->config_md5) != 0)
 	{
 		strlcpy(st->config_md5, p->config_md5, sizeof(st->config_md5));
-		end_hold(st);
-		st->errors = 0;
+		end_hold(st, "its config changed");
+		end_errors(st, "its config changed");
 		st->retry_check_at = 0;
 		st->paced_until = 0;
 		memset(&st->pacing, 0, sizeof(st->pacing));
@@ -434,23 +494,37 @@ hold_pipeline(const RelayPipeline *p, PipelineState *st, const RelayMessage *m,
 	bool		at_cap = o->outcome == RELAY_PERMANENT ||
 		(p->strict && st->holds + 1 >= p->retry_max_attempts);
 	long		delay;
+	int64		unlogged;
+	RelayRepeatLine line;
 
 	st->holds++;
 	st->held_at = m->id;
 	delay = at_cap ? p->retry_cap_ms : retry_delay_ms(p, st->holds, o->wait_ms);
 	/* No delay (a file sink): the next look (a commit, the naptime) retries. */
 	st->held_until = delay > 0 ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay) : 0;
-	ereport(LOG,
-			(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s",
-					p->name, m->id, o->error),
-			 p->strict ?
-			 errdetail("Ordering is strict: no message after it is delivered before it; attempt %d.",
-					   st->holds) :
-			 errdetail("The destination failed (%s), not the message; attempt %d in a row. Nothing is dead-lettered for it.",
-					   o->error_class, st->holds),
-			 errhint("The pipeline tries again in %ld ms.", delay)));
+	/* once when it begins, then at most once a minute (log_repeat.c) */
+	line = RelayRepeatNote(&st->held_log, &unlogged);
+	if (line == RELAY_REPEAT_FIRST)
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is held at message " INT64_FORMAT ": %s",
+						p->name, m->id, o->error),
+				 p->strict ?
+				 errdetail("Ordering is strict: no message after it is delivered before it; attempt %d.",
+						   st->holds) :
+				 errdetail("The destination failed (%s), not the message; attempt %d in a row. Nothing is dead-lettered for it.",
+						   o->error_class, st->holds),
+				 errhint("The pipeline tries again in %ld ms. Until the hold ends, this is logged at most once a minute.",
+						 delay)));
+	else if (line == RELAY_REPEAT_AGAIN)
+		ereport(LOG,
+				(errmsg("pg_tide relay pipeline \"%s\" is still held at message " INT64_FORMAT ": %s",
+						p->name, m->id, o->error),
+				 errdetail(INT64_FORMAT " more failed attempt%s since the last line; " INT64_FORMAT " since the hold began at %s.",
+						   unlogged, unlogged == 1 ? "" : "s", st->held_log.times,
+						   timestamptz_to_str(st->held_log.since)),
+				 errhint("The pipeline tries again in %ld ms.", delay)));
 	/* For relay_pipeline_status (pipeline_state.c). */
-	RelayRecordHold(p, m, o, st->held_until, st->holds);
+	RelayRecordHold(p, m, o, st->held_until, st->holds, &st->record_log);
 }
 
 /*
@@ -631,7 +705,8 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	if (!from_queue && settled > 0)
 		s.offset_id = msgs[settled - 1].id;
 	s.disable = r.disable;
-	RelayRecord(p, &s, cxt);
+	/* a message whose outcome cannot be recorded is dead-lettered (record_each.c) */
+	RelayRecordEach(p, &s, cxt);
 
 	/*
 	 * Ordering 'key': a parked message is due now, as are the entries of a
@@ -664,7 +739,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	}
 	if (ndead > 0)
 		for (i = 0; i < n; i++)
-			if (s.disp[i] == RELAY_DEAD)
+			if (s.disp[i] == RELAY_DEAD && (s.unrecorded == NULL || !s.unrecorded[i]))
 				ereport(LOG,
 						(errmsg("pg_tide relay pipeline \"%s\" dead-lettered message " INT64_FORMAT " of outbox \"%s\" after %d attempt%s: %s",
 								p->name, msgs[i].id, msgs[i].outbox, s.attempts[i],
@@ -677,7 +752,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 				(errmsg("pg_tide relay pipeline \"%s\" is disabled: %s",
 						p->name, r.disable_reason),
 				 errhint("Enable it again with tide.relay_enable() once the receiver accepts deliveries.")));
-		end_hold(st);
+		end_hold(st, "it is disabled");
 		return BATCH_HELD;
 	}
 
@@ -691,7 +766,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 	{
 		if (r.each[settled].outcome == RELAY_NOT_SENT && nsucceeded + nfailed > 0)
 		{
-			end_hold(st);
+			end_hold(st, "its destination answers again");
 			st->look = true;
 			return BATCH_FULL;
 		}
@@ -705,7 +780,7 @@ settle_batch(const RelayPipeline *p, PipelineState *st, const RelayMessage *msgs
 			hold_pipeline(p, st, &msgs[i], &r.each[i]);
 			return BATCH_HELD;
 		}
-	end_hold(st);
+	end_hold(st, "its destination answers again");
 	/* An open breaker stops the pipeline until it turns half-open (pacing.c). */
 	if (st->pacing.breaker == RELAY_BREAKER_OPEN)
 		return BATCH_HELD;
@@ -720,8 +795,8 @@ static void
 turn_ok(PipelineState *st)
 {
 	if (st->errors > 0)
-		RelayRecordTurnOk(st->name);
-	st->errors = 0;
+		RelayRecordTurnOk(st->name, &st->record_log);
+	end_errors(st, "its last step ended without an error");
 }
 
 /*
@@ -1244,6 +1319,8 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 	{
 		ErrorData  *edata;
 		long		delay;
+		int64		unlogged;
+		RelayRepeatLine line;
 
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
@@ -1253,16 +1330,52 @@ run_for_pipeline(PipelineState *st, void (*what) (PipelineState *st))
 		MemoryContextSwitchTo(loop_cxt);
 		end_operation(st, true);
 		delay = hold_after_error(st);
-		ereport(LOG,
-				(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
-						st->name, edata->message),
-				 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
-						   delay, st->errors)));
+		/* once when they begin, then at most once a minute (log_repeat.c) */
+		line = RelayRepeatNote(&st->errors_log, &unlogged);
+		if (line == RELAY_REPEAT_FIRST)
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\" stopped this pass after an error: %s",
+							st->name, edata->message),
+					 errdetail("The pipeline is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
+							   delay, st->errors),
+					 errhint("Until a pass ends without an error, this is logged at most once a minute.")));
+		else if (line == RELAY_REPEAT_AGAIN)
+			ereport(LOG,
+					(errmsg("pg_tide relay pipeline \"%s\" still stops after an error: %s",
+							st->name, edata->message),
+					 errdetail(INT64_FORMAT " more error%s since the last line; error %d in a row since %s. The pipeline is tried again in %ld ms.",
+							   unlogged, unlogged == 1 ? "" : "s", st->errors,
+							   timestamptz_to_str(st->errors_log.since), delay)));
 		/* For relay_pipeline_status (pipeline_state.c); never raises. */
-		RelayRecordTurnError(st->name, edata->message, st->errors, st->held_until);
+		RelayRecordTurnError(st->name, edata->message, st->errors, st->held_until,
+							 &st->record_log);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Whether this turn of the loop may run SQL: it holds the extension's
+ * lock, which every DROP EXTENSION takes before anything else
+ * (extension_lock.c); false while a DROP holds it or waits for it. Leaves
+ * the worker when pg_tide is gone. The first call of a turn takes the
+ * lock; the turn gives it back before the loop waits.
+ */
+static bool
+database_turn(void)
+{
+	switch (RelayLockExtensionForTurn())
+	{
+		case RELAY_EXTENSION_LOCKED:
+			return true;
+		case RELAY_EXTENSION_BUSY:
+			return false;
+		case RELAY_EXTENSION_ABSENT:
+			break;
+	}
+	abandon_operations();
+	worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
+	return false;
 }
 
 /*
@@ -1305,7 +1418,7 @@ skip_idle_pipelines(PipelineState **all, long n, TimestampTz now)
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		RelayAbortShortXact();
 		MemoryContextSwitchTo(loop_cxt);
 		ereport(LOG,
 				(errmsg("pg_tide relay could not look for messages of %d pipelines at once: %s",
@@ -1416,7 +1529,16 @@ progress_operations(void)
 		op->batch.wake_at = 0;
 		if (op->finished || op->batch.nmsgs == 0 ||
 			op->p->sink->progress(op->p->sink_state, &op->batch))
+		{
+			if (!database_turn())
+			{
+				/* finished, recorded in a later turn */
+				op->finished = true;
+				op->batch.ready = true;
+				continue;
+			}
 			finished[nfinished++] = op->st;
+		}
 	}
 	if (nfinished == 0)
 		return;
@@ -1538,7 +1660,8 @@ read_pipelines(void)
 		SpinLockRelease(&Relay->mutex);
 	}
 	has_work = false;
-	current = installed && catalog_is_current();
+	/* while a restore loads the database, the worker writes nothing there (restore.c) */
+	current = installed && catalog_is_current() && !RelayRestoreInProgress();
 	if (current)
 	{
 		pipelines = RelayReadPipelines(loop_cxt, &has_work,
@@ -1606,6 +1729,9 @@ read_pipelines(void)
 			{
 				release_pipeline(st->p);
 				st->p = NULL;
+				/* what the log said of it must not go on forever (log_repeat.c) */
+				log_hold_over(st, "this worker no longer serves it (disabled, deleted or moved)");
+				log_errors_over(st, "this worker no longer serves it (disabled, deleted or moved)");
 			}
 		}
 	}
@@ -1704,6 +1830,7 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	int			nevents;
 	uint64		commits;
 	long		timeout;
+	bool		busy;
 
 	MemoryContextSwitchTo(loop_cxt);
 	MemoryContextReset(loop_cxt);
@@ -1759,7 +1886,7 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	RelayApplyDatabaseSettings();
 	if (pg_atomic_read_u64(&Relay->wake_requests) != seen_wake_requests)
 		reading_needed = true;
-	if (reading_needed || GetCurrentTimestamp() >= next_reading_at)
+	if ((reading_needed || GetCurrentTimestamp() >= next_reading_at) && database_turn())
 	{
 		if (!read_pipelines())
 		{
@@ -1767,9 +1894,12 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
 		}
 	}
-	if (scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due))
+	if ((scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due)) &&
+		database_turn())
 		scan_pipelines();
 	progress_operations();
+	/* the turn's SQL is done: a DROP EXTENSION waiting for it goes on */
+	busy = RelayUnlockExtension();
 
 	/* (the short transactions of the turn reported their own activity) */
 	if (n_operations > 0)
@@ -1777,6 +1907,11 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	else
 		pgstat_report_activity(STATE_IDLE, NULL);
 	timeout = sleep_ms();
+	/* what a DROP EXTENSION kept from this turn is tried again shortly, not at once */
+	if (busy && timeout < RELAY_EXTENSION_BUSY_WAIT_MS)
+		timeout = RELAY_EXTENSION_BUSY_WAIT_MS;
+	/* a burst's freed memory goes back to the kernel once idle (worker_memory.c) */
+	RelayReturnMemoryWhenIdle(n_operations, &timeout);
 
 	/*
 	 * On the wait list right before the wait, and the commit count read
@@ -1804,23 +1939,6 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 	RelayTimersFire(GetCurrentTimestamp());
 }
 
-/*
- * Each batch allocates its messages' text and its sink's requests afresh
- * and frees them when recorded. With glibc's defaults, freed blocks above
- * 128 kB go back to the kernel and the next batch faults its pages in again:
- * 12% of a worker's time delivering to Redis (perf). Keeping them costs at
- * most the busiest batch's memory, which the worker holds anyway while it
- * delivers.
- */
-static void
-keep_freed_memory(void)
-{
-#ifdef __GLIBC__
-	(void) mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
-	(void) mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
-#endif
-}
-
 /* Entry point of a relay worker; main_arg is its slot number. */
 void
 RelayWorkerMain(Datum main_arg)
@@ -1838,7 +1956,7 @@ RelayWorkerMain(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGINT, worker_cancel_handler);
 	BackgroundWorkerUnblockSignals();
-	keep_freed_memory();
+	RelayKeepFreedMemory();
 
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
 	if (Relay == NULL || slotno < 0 || slotno >= Relay->nslots)
@@ -1897,6 +2015,7 @@ RelayWorkerMain(Datum main_arg)
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			RelayExtensionLockAborted();
 			failed = true;
 		}
 		PG_END_TRY();

@@ -4,7 +4,9 @@
  *		sweep) runs in a transaction of its own with a snapshot and SPI, so
  *		no transaction is ever open while a sink delivers or the worker
  *		sleeps. And the conditional lock that keeps a worker from waiting for
- *		a DROP EXTENSION (which would otherwise wait for the worker).
+ *		a DROP EXTENSION (which would otherwise wait for the worker); every
+ *		transaction starts under the turn's lock on the extension
+ *		(extension_lock.c).
  *
  * Short transactions can also share one transaction (a group): the worker
  * records the batches that finished in the same turn of its loop together,
@@ -87,6 +89,23 @@ RelayEndXactGroup(void)
 }
 
 /*
+ * Starts a transaction of the worker's (see extension_lock.c): refused
+ * with an ERROR when the turn's lock on the extension, released by an
+ * earlier abort, cannot be taken again (a DROP EXTENSION holds or awaits
+ * it).
+ */
+static void
+start_transaction(void)
+{
+	StartTransactionCommand();
+	if (!RelayExtensionLockedForXact())
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not lock extension \"pg_tide\""),
+				 errdetail("A DROP EXTENSION holds or awaits its lock; the relay worker tries again in its next turn.")));
+}
+
+/*
  * Starts a short transaction with a snapshot and SPI: a transaction of its
  * own, or in a group a subtransaction of the group's.
  */
@@ -100,7 +119,7 @@ RelayBeginShortXact(const char *activity)
 
 		if (!group_started)
 		{
-			StartTransactionCommand();
+			start_transaction();
 			group_started = true;
 			group_level = GetCurrentTransactionNestLevel();
 		}
@@ -108,7 +127,7 @@ RelayBeginShortXact(const char *activity)
 		MemoryContextSwitchTo(cxt);
 	}
 	else
-		StartTransactionCommand();
+		start_transaction();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -159,6 +178,7 @@ RelayAbortShortXact(void)
 		return;
 	}
 	AbortCurrentTransaction();
+	RelayExtensionLockAborted();
 }
 
 /*

@@ -45,4 +45,12 @@
 #define TideCreateLongLivedWaitEventSet(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
 #endif
 
+/* Whether this process holds a lock in exactly that mode (17 added "or stronger"). */
+#include "storage/lock.h"
+#if PG_VERSION_NUM >= 170000
+#define TideLockHeldByMe(tag, mode) LockHeldByMe((tag), (mode), false)
+#else
+#define TideLockHeldByMe(tag, mode) LockHeldByMe((tag), (mode))
+#endif
+
 #endif							/* TIDE_COMPAT_H */

@@ -27,7 +27,7 @@
  * remembered child that is gone makes the backend look up again).
  *
  * Also tide._outbox_partition_adopt(), which ties a new child to the
- * extension.
+ * extension (TidePartitionAdopt; a restore's children too).
  */
 #include "postgres.h"
 
@@ -231,11 +231,22 @@ PartitionTargetFor(int64 first, int64 last)
 Datum
 tide_outbox_partition_adopt(PG_FUNCTION_ARGS)
 {
+	TidePartitionAdopt(PG_GETARG_OID(0));
+	PG_RETURN_VOID();
+}
+
+/*
+ * Makes child table `relid` depend on the extension (automatically), so
+ * that DROP EXTENSION drops it; for tide._outbox_partition_adopt() and
+ * for a child that a restore creates (relay/restore.c).
+ */
+void
+TidePartitionAdopt(Oid relid)
+{
 	ObjectAddress child;
 	ObjectAddress extension;
 
-	ObjectAddressSet(child, RelationRelationId, PG_GETARG_OID(0));
+	ObjectAddressSet(child, RelationRelationId, relid);
 	ObjectAddressSet(extension, ExtensionRelationId, get_extension_oid("pg_tide", false));
 	recordDependencyOn(&child, &extension, DEPENDENCY_AUTO);
-	PG_RETURN_VOID();
 }

@@ -22,5 +22,6 @@ typedef struct PublishTarget
 extern int	TidePartitionSize;
 extern void TideDefinePartitionGucs(void);
 extern PublishTarget *PartitionTargetFor(int64 first, int64 last);
+extern void TidePartitionAdopt(Oid relid);
 
 #endif

@@ -7,10 +7,13 @@
  * must be listed in shared_preload_libraries. Loaded any other way (for
  * example by CREATE EXTENSION in a server that did not preload it) the
  * library still loads, so the extension can be created and dropped, but
- * every function that needs shared memory refuses to run.
+ * every function that needs shared memory refuses to run, and the install
+ * script says so at once in a WARNING (tide._warn_unless_preloaded), rather
+ * than at the first publish.
  */
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -22,6 +25,8 @@
 #include "relay_init.h"
 
 PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(tide_warn_unless_preloaded);
 
 bool		TidePreloaded = false;
 
@@ -101,4 +106,20 @@ TideRequirePreload(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_tide must be loaded via \"shared_preload_libraries\""),
 				 errhint("Add pg_tide to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * Warns, at CREATE EXTENSION, that the server did not preload pg_tide: the
+ * extension is created, but nothing that needs shared memory will run.
+ */
+Datum
+tide_warn_unless_preloaded(PG_FUNCTION_ARGS)
+{
+	if (!TidePreloaded)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("pg_tide is not loaded via \"shared_preload_libraries\""),
+				 errdetail("Publishing, consuming and the relay refuse to run until the server preloads it."),
+				 errhint("Add pg_tide to shared_preload_libraries in postgresql.conf and restart the server.")));
+	PG_RETURN_VOID();
 }

@@ -32,10 +32,12 @@ tide_packages() {
 
 # The broker sinks' client libraries (the Makefile builds a sink's module
 # only where its library is installed) and the brokers their tests start;
-# iproute2's ip brings up the loopback of TAP 047's network namespace.
+# iproute2's ip brings up the loopback of TAP 047's network namespace; the
+# brokers' own clients that docs/sinks/local.md reads with (TAP 059).
 tide_broker_packages() {
 	echo librdkafka-dev libnats-dev libhiredis-dev librabbitmq-dev libmosquitto-dev \
-		redis-server nats-server rabbitmq-server mosquitto mosquitto-clients iproute2
+		redis-server nats-server rabbitmq-server mosquitto mosquitto-clients iproute2 \
+		redis-tools amqp-tools kcat
 }
 
 # Installs those of tide_packages that are missing.

@@ -139,7 +139,7 @@ typedef struct MqttPipeline
 	RelayLookup *lookup;		/* the host name's lookup, while it runs */
 	bool		have_address;	/* address is the host's, for the next connect */
 	char		address[64];
-	struct MqttConnector *connector;	/* a TLS client's connect, while it runs */
+	RelayConnector *connector;	/* a TLS client's connect, while it runs */
 } MqttPipeline;
 
 /* The open pipelines of this worker, whose clients the timer keeps alive. */
@@ -424,32 +424,17 @@ batch_unconnected(MqttBatch *mb, const char *error)
 }
 
 /*
- * A TLS client's connect, on a thread of its own: mosquitto_connect looks
- * the host name up and makes the TCP connection blocking, which in the
- * loop would hold every pipeline of the worker while a name server is
- * slow or a broker drops connections unanswered (the kernel gives such a
- * connect up after about two minutes). What is left of the TLS handshake
- * then goes on in the loop, as the client's other I/O does.
- *
- * The connector is shared by the loop and the thread, each holding a
- * reference. The client is the thread's until it finished; then the loop
- * takes it (connect_signalled). The loop may give a connector up while
- * the thread still waits (its pipeline closed): one atomic state decides
- * which of the two destroys the client. The thread calls no PostgreSQL
- * function and allocates with malloc only.
+ * A TLS client's connect, on a thread of its own (broker.h's
+ * RelayConnectorStart): mosquitto_connect looks the host name up and makes
+ * the TCP connection blocking, which in the loop would hold every pipeline
+ * of the worker while a name server is slow or a broker drops connections
+ * unanswered (the kernel gives such a connect up after about two
+ * minutes). What is left of the TLS handshake then goes on in the loop, as
+ * the client's other I/O does. The client is the thread's until the loop
+ * takes it (connect_done). malloc'd.
  */
-typedef enum MqttConnectState
-{
-	MQTT_CONNECT_RUNNING = 0,
-	MQTT_CONNECT_FINISHED,		/* the thread returned: the client is the loop's */
-	MQTT_CONNECT_ABANDONED		/* the loop gave it up: the thread destroys it */
-} MqttConnectState;
-
 typedef struct MqttConnector
 {
-	int			refs;			/* the loop's and the thread's (atomic) */
-	int			state;			/* MqttConnectState (atomic) */
-	RelayNotifier notifier;		/* the thread signals it; watched until taken or given up */
 	MqttPipeline *p;			/* the loop's: whose client this is */
 	struct mosquitto *mosq;
 	char		host[256];
@@ -466,23 +451,11 @@ typedef struct MqttConnector
 static pthread_mutex_t first_tls_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool tls_set_up = false;
 
-/* Drops one reference; the last one frees the connector. */
+/* RelayConnector's connect, on the connector's thread. */
 static void
-connector_release(MqttConnector *c)
-{
-	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
-	{
-		RelayNotifierClose(&c->notifier);
-		free(c);
-	}
-}
-
-/* The connector's thread. */
-static void *
 connect_main(void *arg)
 {
 	MqttConnector *c = arg;
-	int			expected = MQTT_CONNECT_RUNNING;
 	bool		first = !__atomic_load_n(&tls_set_up, __ATOMIC_ACQUIRE);
 
 	if (first)
@@ -495,28 +468,36 @@ connect_main(void *arg)
 			__atomic_store_n(&tls_set_up, true, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&first_tls_lock);
 	}
-	if (__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_FINISHED, false,
-									__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-		RelayNotifierSignal(&c->notifier);
-	else
-		mosquitto_destroy(c->mosq);
-	connector_release(c);
-	return NULL;
 }
 
-/* events.c: the connector's thread returned; the loop takes its client. */
+/* RelayConnector's discard: a client nobody took. */
 static void
-connect_signalled(int fd, uint32 events, void *arg)
+connect_discard(void *arg)
+{
+	MqttConnector *c = arg;
+
+	if (c->mosq != NULL)
+		mosquitto_destroy(c->mosq);
+	c->mosq = NULL;
+}
+
+/* RelayConnector's release. */
+static void
+connect_release(void *arg)
+{
+	free(arg);
+}
+
+/* RelayConnector's done, in the loop: takes the client. */
+static void
+connect_done(void *arg)
 {
 	MqttConnector *c = arg;
 	MqttPipeline *p = c->p;
 
-	RelayNotifierDrain(&c->notifier);
-	if (c->notifier.watch == NULL || __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MQTT_CONNECT_FINISHED)
-		return;
-	RelayNotifierStopWatching(&c->notifier);
 	p->connector = NULL;
 	p->mosq = c->mosq;
+	c->mosq = NULL;
 	p->drop = false;
 	if (c->rc != MOSQ_ERR_SUCCESS)
 	{
@@ -539,7 +520,6 @@ connect_signalled(int fd, uint32 events, void *arg)
 		if (p->mb != NULL)
 			p->mb->batch->ready = true;
 	}
-	connector_release(c);
 }
 
 /*
@@ -550,7 +530,6 @@ static bool
 connector_start(MqttPipeline *p, struct mosquitto *mosq, char *error, size_t errsize)
 {
 	MqttConnector *c = calloc(1, sizeof(MqttConnector));
-	int			rc;
 
 	if (c == NULL)
 	{
@@ -567,40 +546,9 @@ connector_start(MqttPipeline *p, struct mosquitto *mosq, char *error, size_t err
 	c->port = p->cfg.port;
 	c->mosq = mosq;
 	c->p = p;
-	c->refs = 2;
-	if (!RelayNotifierOpen(&c->notifier, connect_signalled, c))
-	{
-		snprintf(error, errsize, "connection: cannot wait for a connect: %s", strerror(errno));
-		free(c);
-		return false;
-	}
-	if ((rc = RelayBrokerStartThread(connect_main, c)) != 0)
-	{
-		snprintf(error, errsize, "connection: cannot start a thread to connect: %s", strerror(rc));
-		RelayNotifierClose(&c->notifier);
-		free(c);
-		return false;
-	}
-	p->connector = c;
-	return true;
-}
-
-/* Gives a pipeline's running connector up (its pipeline closes). */
-static void
-connector_abandon(MqttPipeline *p)
-{
-	MqttConnector *c = p->connector;
-	int			expected = MQTT_CONNECT_RUNNING;
-
-	if (c == NULL)
-		return;
-	p->connector = NULL;
-	RelayNotifierStopWatching(&c->notifier);
-	/* finished but not taken yet: the client is the loop's to destroy */
-	if (!__atomic_compare_exchange_n(&c->state, &expected, MQTT_CONNECT_ABANDONED, false,
-									 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-		mosquitto_destroy(c->mosq);
-	connector_release(c);
+	p->connector = RelayConnectorStart(connect_main, connect_done, connect_discard, connect_release,
+									   c, error, errsize);
+	return p->connector != NULL;
 }
 
 static bool client_connect(MqttPipeline *p, char *error, size_t errsize);
@@ -938,7 +886,8 @@ mqtt_close(void *state)
 	client_drop(p, true);
 	RelayLookupEnd(p->lookup);
 	p->lookup = NULL;
-	connector_abandon(p);
+	RelayConnectorAbandon(p->connector);
+	p->connector = NULL;
 	dlist_delete(&p->node);
 }
 

@@ -7,9 +7,10 @@
  * 1. `open` reads the config (validated by rabbitmq_config.c) and the
  *	  credentials it refers to. The connection is made by the first batch
  *	  and kept across batches: TCP or TLS, login to the vhost, one channel
- *	  in confirm mode (confirm.select). rabbitmq-c is synchronous, so
- *	  making it blocks the loop briefly (each step at most 3 s, or
- *	  timeout_ms).
+ *	  in confirm mode (confirm.select). rabbitmq-c makes it only blocking,
+ *	  so it is made on a thread of its own (the connector, below), within
+ *	  the batch's timeout_ms, and handed to the loop, which never waits
+ *	  for a broker that accepts a connection and does not answer.
  * 2. `start` and `progress` publish what the send window (broker.h)
  *	  allows: persistent (delivery_mode 2), mandatory, with message_id =
  *	  the message's identity, type = its "type" header, content_type
@@ -19,7 +20,10 @@
  *	  key is the message's ordering key. A publish only writes to the
  *	  socket, and only while the socket's send buffer has room, so it
  *	  never waits for the broker: otherwise the socket is watched for
- *	  writing too.
+ *	  writing too. A message whose headers would not fit in one AMQP
+ *	  frame is too_large (permanent) before anything of it is written:
+ *	  rabbitmq-c finds out only after the publish method went out, which
+ *	  would break the connection for the whole batch, every time.
  * 3. The socket is watched for reading (events.h); what arrives is read
  *	  without waiting (amqp_simple_wait_frame_noblock with a zero
  *	  timeout) until rabbitmq-c holds nothing more: basic.ack (one
@@ -38,12 +42,14 @@
  *	  (timeout, retryable): their confirms would otherwise arrive in
  *	  another batch.
  *
- * rabbitmq-c runs no thread of its own; the watch's callback reads frames
+ * rabbitmq-c runs no thread of its own (the connector's thread is ours and
+ * touches a connection only until the loop takes it); the watch's callback reads frames
  * and allocates nothing with palloc (an ERROR there would longjmp out of
  * the worker's dispatch), and never raises an ERROR.
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -63,8 +69,13 @@ PG_MODULE_MAGIC;
 /* The one channel the sink publishes on. */
 #define RABBITMQ_CHANNEL	1
 
-/* The longest that making a connection may block the loop. */
-#define RABBITMQ_CONNECT_MS 3000
+/*
+ * The room a message's content header frame needs besides its headers
+ * table: the frame's own header and end, class, weight, body size, flags,
+ * content type, delivery mode, message id, timestamp and a type of up to
+ * 255 bytes.
+ */
+#define RABBITMQ_PROPERTIES_ROOM	1024
 
 /*
  * The certificates TLS verifies the broker's against without "ca_file"
@@ -129,6 +140,7 @@ typedef struct RabbitState
 {
 	RabbitConfig cfg;
 	amqp_connection_state_t conn;	/* NULL: not connected */
+	RelayConnector *connector;	/* the connection being made, or NULL */
 	RelayWatch *watch;
 	uint32		watched;		/* the events watched */
 	uint64		next_tag;		/* delivery tag of the next publish */
@@ -506,91 +518,271 @@ reply_error(amqp_rpc_reply_t r, const char *what, const char **cls, char *error,
 }
 
 /*
- * Connects, logs in, opens the channel in confirm mode; false, with the
- * class and error, when it cannot. Blocks the loop for at most
- * RABBITMQ_CONNECT_MS (or timeout_ms) each step.
+ * A connection's making, on a thread of its own (broker.h's
+ * RelayConnectorStart): rabbitmq-c makes it only blocking (the TCP connect
+ * and the TLS handshake, then the AMQP handshake, login, channel.open and
+ * confirm.select, each waiting for the broker's answer), which in the loop
+ * would hold every pipeline of the worker while a broker accepts
+ * connections and never answers. The thread makes it within the
+ * pipeline's timeout_ms and hands it to the loop (connect_done), which
+ * watches its socket from then on. The connector's struct holds copies
+ * of the settings (the pipeline may close meanwhile), malloc'd.
+ */
+typedef struct RabbitConnector
+{
+	RabbitState *st;			/* the loop's: whose connection this is */
+	char	   *host;
+	char	   *vhost;
+	char	   *username;
+	char	   *password;
+	char	   *ca_file;
+	char	   *cert_file;
+	char	   *key_file;
+	int			port;
+	bool		tls;
+	bool		verify;
+	long		timeout_ms;
+	/* the result */
+	amqp_connection_state_t conn;	/* made, or NULL */
+	char		cls[32];
+	char		error[256];
+} RabbitConnector;
+
+/* A malloc'd copy of s (NULL stays NULL); *failed when out of memory. */
+static char *
+connector_strdup(const char *s, bool *failed)
+{
+	char	   *copy;
+
+	if (s == NULL)
+		return NULL;
+	if ((copy = strdup(s)) == NULL)
+		*failed = true;
+	return copy;
+}
+
+/* RelayConnector's release: frees the connector's struct. */
+static void
+connect_release(void *arg)
+{
+	RabbitConnector *c = arg;
+
+	if (c->password != NULL)
+		explicit_bzero(c->password, strlen(c->password));
+	free(c->host);
+	free(c->vhost);
+	free(c->username);
+	free(c->password);
+	free(c->ca_file);
+	free(c->cert_file);
+	free(c->key_file);
+	free(c);
+}
+
+/* RelayConnector's discard: a connection nobody took. */
+static void
+connect_discard(void *arg)
+{
+	RabbitConnector *c = arg;
+
+	if (c->conn != NULL)
+		amqp_destroy_connection(c->conn);
+	c->conn = NULL;
+}
+
+/* Sets *tv to what is left until deadline (a monotonic time in ms), at least 1 ms. */
+static void
+time_left(struct timeval *tv, int64 deadline_ms)
+{
+	struct timespec now;
+	int64		left;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left = deadline_ms - ((int64) now.tv_sec * 1000 + now.tv_nsec / 1000000);
+	left = Max(left, 1);
+	tv->tv_sec = left / 1000;
+	tv->tv_usec = (left % 1000) * 1000;
+}
+
+/*
+ * Connects, logs in, opens the channel in confirm mode, all within the
+ * connector's timeout_ms; false, with its class and error, when it
+ * cannot. Runs on the connector's thread: no PostgreSQL function.
  */
 static bool
-connect_broker(RabbitState *st, const char **cls, char *error, size_t size)
+connect_broker(RabbitConnector *c)
 {
-	const RabbitConfig *cfg = &st->cfg;
-	long		ms = Min(cfg->timeout_ms, RABBITMQ_CONNECT_MS);
-	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+	struct timespec now;
+	int64		deadline_ms;
+	struct timeval tv;
+	amqp_connection_state_t conn;
 	amqp_socket_t *sock;
 	amqp_rpc_reply_t r;
+	const char *cls = RELAY_CLASS_CONNECTION;
 	int			rc;
 
-	*cls = RELAY_CLASS_CONNECTION;
-	st->conn = amqp_new_connection();
-	if (st->conn == NULL)
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	deadline_ms = (int64) now.tv_sec * 1000 + now.tv_nsec / 1000000 + c->timeout_ms;
+	strlcpy(c->cls, RELAY_CLASS_CONNECTION, sizeof(c->cls));
+	if ((conn = amqp_new_connection()) == NULL)
 	{
-		snprintf(error, size, "connection: out of memory for a connection");
+		snprintf(c->error, sizeof(c->error), "connection: out of memory for a connection");
 		return false;
 	}
-	sock = cfg->tls ? amqp_ssl_socket_new(st->conn) : amqp_tcp_socket_new(st->conn);
+	sock = c->tls ? amqp_ssl_socket_new(conn) : amqp_tcp_socket_new(conn);
 	if (sock == NULL)
 	{
-		snprintf(error, size, "connection: could not create a%s socket", cfg->tls ? " TLS" : "");
-		disconnect(st);
+		snprintf(c->error, sizeof(c->error), "connection: could not create a%s socket", c->tls ? " TLS" : "");
+		amqp_destroy_connection(conn);
 		return false;
 	}
-	if (cfg->tls)
+	if (c->tls)
 	{
-		const char *ca = cfg->ca_file ? cfg->ca_file : (cfg->verify ? RABBITMQ_SYSTEM_CA : NULL);
+		const char *ca = c->ca_file ? c->ca_file : (c->verify ? RABBITMQ_SYSTEM_CA : NULL);
 
-		amqp_ssl_socket_set_verify_peer(sock, cfg->verify);
-		amqp_ssl_socket_set_verify_hostname(sock, cfg->verify);
+		amqp_ssl_socket_set_verify_peer(sock, c->verify);
+		amqp_ssl_socket_set_verify_hostname(sock, c->verify);
 		rc = AMQP_STATUS_OK;
 		if ((ca && (rc = amqp_ssl_socket_set_cacert(sock, ca)) != AMQP_STATUS_OK) ||
-			(cfg->cert_file && (rc = amqp_ssl_socket_set_key(sock, cfg->cert_file, cfg->key_file)) != AMQP_STATUS_OK))
+			(c->cert_file && (rc = amqp_ssl_socket_set_key(sock, c->cert_file, c->key_file)) != AMQP_STATUS_OK))
 		{
-			snprintf(error, size, "connection: could not read the TLS files of \"tls\": %s",
+			snprintf(c->error, sizeof(c->error), "connection: could not read the TLS files of \"tls\": %s",
 					 amqp_error_string2(rc));
-			disconnect(st);
+			amqp_destroy_connection(conn);
 			return false;
 		}
 	}
-	amqp_set_handshake_timeout(st->conn, &tv);
-	amqp_set_rpc_timeout(st->conn, &tv);
-	rc = amqp_socket_open_noblock(sock, cfg->host, cfg->port, &tv);
+	time_left(&tv, deadline_ms);
+	rc = amqp_socket_open_noblock(sock, c->host, c->port, &tv);
 	if (rc != AMQP_STATUS_OK)
 	{
-		snprintf(error, size, "connection: could not connect to %s:%d: %s", cfg->host, cfg->port,
-				 amqp_error_string2(rc));
-		disconnect(st);
+		if (rc == AMQP_STATUS_TIMEOUT)
+			strlcpy(c->cls, RELAY_CLASS_TIMEOUT, sizeof(c->cls));
+		snprintf(c->error, sizeof(c->error), "%s: could not connect to %.100s:%d within timeout_ms: %s",
+				 c->cls, c->host, c->port, amqp_error_string2(rc));
+		amqp_destroy_connection(conn);
 		return false;
 	}
-	r = amqp_login(st->conn, cfg->vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0, AMQP_SASL_METHOD_PLAIN,
-				   cfg->username ? cfg->username : "guest", cfg->password ? cfg->password : "guest");
+	/* the AMQP handshake and login answer within what is left of timeout_ms */
+	time_left(&tv, deadline_ms);
+	amqp_set_handshake_timeout(conn, &tv);
+	amqp_set_rpc_timeout(conn, &tv);
+	r = amqp_login(conn, c->vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0, AMQP_SASL_METHOD_PLAIN,
+				   c->username ? c->username : "guest", c->password ? c->password : "guest");
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "login", cls, error, size);
+		reply_error(r, "login", &cls, c->error, sizeof(c->error));
 		/* a broker closes the connection after a refused login */
 		if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
 			(r.library_error == AMQP_STATUS_CONNECTION_CLOSED || r.library_error == AMQP_STATUS_SOCKET_CLOSED))
 		{
-			*cls = RELAY_CLASS_AUTH;
-			snprintf(error, size, "auth: login to vhost \"%s\" refused: the broker closed the connection",
-					 cfg->vhost);
+			cls = RELAY_CLASS_AUTH;
+			snprintf(c->error, sizeof(c->error),
+					 "auth: login to vhost \"%.100s\" refused: the broker closed the connection", c->vhost);
 		}
-		disconnect(st);
+		else if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
+		{
+			cls = RELAY_CLASS_TIMEOUT;
+			snprintf(c->error, sizeof(c->error),
+					 "timeout: the broker at %.100s:%d did not answer the AMQP handshake and login within timeout_ms",
+					 c->host, c->port);
+		}
+		strlcpy(c->cls, cls, sizeof(c->cls));
+		amqp_destroy_connection(conn);
 		return false;
 	}
-	amqp_channel_open(st->conn, RABBITMQ_CHANNEL);
-	if ((r = amqp_get_rpc_reply(st->conn)).reply_type == AMQP_RESPONSE_NORMAL)
+	time_left(&tv, deadline_ms);
+	amqp_set_rpc_timeout(conn, &tv);
+	amqp_channel_open(conn, RABBITMQ_CHANNEL);
+	if ((r = amqp_get_rpc_reply(conn)).reply_type == AMQP_RESPONSE_NORMAL)
 	{
-		amqp_confirm_select(st->conn, RABBITMQ_CHANNEL);
-		r = amqp_get_rpc_reply(st->conn);
+		amqp_confirm_select(conn, RABBITMQ_CHANNEL);
+		r = amqp_get_rpc_reply(conn);
 	}
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "opening a channel in confirm mode", cls, error, size);
-		disconnect(st);
+		reply_error(r, "opening a channel in confirm mode", &cls, c->error, sizeof(c->error));
+		strlcpy(c->cls, cls, sizeof(c->cls));
+		amqp_destroy_connection(conn);
 		return false;
 	}
-	st->next_tag = 1;
-	watch_socket(st, false);
+	c->conn = conn;
 	return true;
+}
+
+/* RelayConnector's connect, on the connector's thread. */
+static void
+connect_main(void *arg)
+{
+	(void) connect_broker(arg);
+}
+
+static void fail_all(RabbitBatch *rb, RelayOutcome outcome, const char *cls, const char *error);
+
+/*
+ * RelayConnector's done, in the loop: takes the connection, or fails the
+ * batch that waits for it.
+ */
+static void
+connect_done(void *arg)
+{
+	RabbitConnector *c = arg;
+	RabbitState *st = c->st;
+
+	st->connector = NULL;
+	if (c->conn != NULL)
+	{
+		st->conn = c->conn;
+		c->conn = NULL;
+		st->next_tag = 1;
+		watch_socket(st, false);
+		if (st->rb != NULL && !st->rb->finished)
+			st->rb->first_tag = st->next_tag;
+	}
+	else if (st->rb != NULL && !st->rb->finished)
+		fail_all(st->rb, RELAY_UNREACHABLE, c->cls, c->error);
+	if (st->rb != NULL)
+		st->rb->batch->ready = true;
+}
+
+/*
+ * Starts making the pipeline's connection on a connector's thread; false
+ * with the class and error when none can start.
+ */
+static bool
+connector_start(RabbitState *st, const char **cls, char *error, size_t size)
+{
+	const RabbitConfig *cfg = &st->cfg;
+	RabbitConnector *c = calloc(1, sizeof(RabbitConnector));
+	bool		failed = false;
+
+	*cls = RELAY_CLASS_CONNECTION;
+	if (c == NULL)
+	{
+		snprintf(error, size, "connection: out of memory");
+		return false;
+	}
+	c->st = st;
+	c->host = connector_strdup(cfg->host, &failed);
+	c->vhost = connector_strdup(cfg->vhost, &failed);
+	c->username = connector_strdup(cfg->username, &failed);
+	c->password = connector_strdup(cfg->password, &failed);
+	c->ca_file = connector_strdup(cfg->ca_file, &failed);
+	c->cert_file = connector_strdup(cfg->cert_file, &failed);
+	c->key_file = connector_strdup(cfg->key_file, &failed);
+	c->port = cfg->port;
+	c->tls = cfg->tls;
+	c->verify = cfg->verify;
+	c->timeout_ms = cfg->timeout_ms;
+	if (failed)
+	{
+		snprintf(error, size, "connection: out of memory");
+		connect_release(c);
+		return false;
+	}
+	st->connector = RelayConnectorStart(connect_main, connect_done, connect_discard, connect_release,
+										c, error, size);
+	return st->connector != NULL;
 }
 
 /* created_at ("2026-01-02T03:04:05.678+01:00") as seconds since 1970, or now. */
@@ -629,6 +821,7 @@ typedef struct HeaderTable
 	int			size;
 	bool		too_long;		/* a name over AMQP's 255 bytes */
 	const char *type;			/* the "type" header, or NULL */
+	size_t		encoded;		/* the table's size on the wire */
 } HeaderTable;
 
 /* RelayBrokerForEachHeader's callback: one header as a string entry. */
@@ -650,6 +843,8 @@ add_header(const char *name, const char *value, void *arg)
 			: palloc(sizeof(amqp_table_entry_t) * t->size);
 	}
 	e = &t->entries[t->n++];
+	/* the name's length byte and bytes, the type byte, the value's length and bytes */
+	t->encoded += 1 + strlen(name) + 1 + 4 + strlen(value);
 	e->key = amqp_cstring_bytes(pstrdup(name));
 	e->value.kind = AMQP_FIELD_KIND_UTF8;
 	e->value.value.bytes = amqp_cstring_bytes(pstrdup(value));
@@ -715,6 +910,18 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 		settle(rm, RELAY_PERMANENT, RELAY_CLASS_REFUSED,
 			   headers.too_long ? "refused: a header name is longer than AMQP's 255 bytes" :
 			   "refused: its exchange or routing key is longer than AMQP's 255 bytes");
+		return false;
+	}
+	/*
+	 * The properties go in one frame: rabbitmq-c refuses a larger one only
+	 * once the publish method is on the wire, which breaks the connection
+	 * for every message. Refused here, before anything is sent.
+	 */
+	if (headers.encoded + RABBITMQ_PROPERTIES_ROOM > (size_t) amqp_get_frame_max(st->conn))
+	{
+		settle(rm, RELAY_PERMANENT, RELAY_CLASS_TOO_LARGE,
+			   psprintf("too_large: its headers take %zu bytes, more than fit in an AMQP frame of %d bytes",
+						headers.encoded, amqp_get_frame_max(st->conn)));
 		return false;
 	}
 	RelayMessageIdentity(id, sizeof(id), msg->outbox, msg->id);
@@ -824,18 +1031,20 @@ rabbitmq_start(void *state, RelaySinkBatch *batch)
 	st->rb = rb;
 	st->lost = false;
 
-	/* a connection closed since the last batch is dropped, then made again */
+	/*
+	 * A connection closed since the last batch is dropped, then made again
+	 * on a connector's thread, whose end makes the batch ready; a connect
+	 * still running from an earlier batch serves this one.
+	 */
 	drain(st);
-	if (st->conn == NULL)
+	if (st->conn == NULL && st->connector == NULL)
 	{
 		const char *cls;
 		char		error[256];
 
-		if (!connect_broker(st, &cls, error, sizeof(error)))
-		{
+		if (!connector_start(st, &cls, error, sizeof(error)))
 			fail_all(rb, RELAY_UNREACHABLE, cls, error);
-			return;
-		}
+		return;
 	}
 	rb->first_tag = st->next_tag;
 }
@@ -848,6 +1057,18 @@ rabbitmq_progress(void *state, RelaySinkBatch *batch)
 
 	if (rb->finished)
 		return true;
+	if (st->conn == NULL && st->connector != NULL)
+	{
+		/* the connection is being made (connect_signalled ends the wait) */
+		if (GetCurrentTimestamp() < rb->window.deadline)
+		{
+			batch->wake_at = rb->window.deadline;
+			return false;
+		}
+		fail_all(rb, RELAY_UNREACHABLE, RELAY_CLASS_TIMEOUT,
+				 "timeout: the connection to the broker (TCP, TLS, AMQP handshake, login, channel) was not made within the batch's timeout_ms");
+		return true;
+	}
 	drain(st);
 	publish_more(st, rb);
 	if (RelaySendWindowFinished(&rb->window))
@@ -914,6 +1135,8 @@ rabbitmq_close(void *state)
 
 	st->rb = NULL;
 	disconnect(st);
+	RelayConnectorAbandon(st->connector);
+	st->connector = NULL;
 }
 
 /* The pipeline's settings, with the credentials it refers to read. */
@@ -953,8 +1176,8 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	}
 	else
 		cfg->verify = true;
-	/* connecting takes four steps, each bounded by RABBITMQ_CONNECT_MS */
-	opened->longest_batch_seconds = (cfg->timeout_ms + 4 * RABBITMQ_CONNECT_MS + 999) / 1000;
+	/* connecting is part of the batch's timeout_ms */
+	opened->longest_batch_seconds = (cfg->timeout_ms + 999) / 1000 + 1;
 	if (auth != NULL)
 	{
 		const cJSON *user = RelayConfigMember(auth, "username");

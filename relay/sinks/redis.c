@@ -18,10 +18,13 @@
  *	  the connection's socket, and cleanup, called before hiredis frees a
  *	  connection, unwatches it. The socket's readiness calls
  *	  redisAsyncHandleRead/Write; nothing here ever blocks.
- * 3. A new connection sends AUTH (with the ACL user when one is given) and
- *	  SELECT first; no XADD is sent before their answers came back, so a
- *	  refused password is one failure of the destination, not one per
- *	  message.
+ * 3. A new connection sends AUTH (with the ACL user when one is given),
+ *	  SELECT and CONFIG GET proto-max-bulk-len first; no XADD is sent
+ *	  before their answers came back, so a refused password is one
+ *	  failure of the destination, not one per message. A message with a
+ *	  field over the limit learnt so is never sent (too_large): Redis would
+ *	  close the connection on it, often before its error answer could be
+ *	  read, and every retry would fail the same way as a lost connection.
  * 4. `start` and `progress` send the messages the send window allows
  *	  (send_window.c: max_in_flight unanswered, id order, ordering 'key'
  *	  and 'strict', the batch's deadline), each as
@@ -35,8 +38,10 @@
  *	  refused, lost, not connected       connection  RELAY_UNREACHABLE
  *	  WRONGTYPE (the key is no stream)   refused     RELAY_PERMANENT
  *	  a field over proto-max-bulk-len    too_large   RELAY_PERMANENT
- *	  (Redis then closes the connection: the others in flight are
- *	  connection, RELAY_UNREACHABLE, and sent again)
+ *	  (not sent when the limit is known; when it is not, because CONFIG
+ *	  is renamed or outside the user's ACL, Redis answers so and closes
+ *	  the connection: the others in flight are connection,
+ *	  RELAY_UNREACHABLE, and sent again)
  *	  a header its template needs        template    RELAY_PERMANENT
  *	  no answer within timeout_ms        timeout     RELAY_RETRYABLE
  *	  OOM, LOADING, BUSY, any other      broker      RELAY_RETRYABLE
@@ -107,7 +112,8 @@ typedef struct RedisSink
 	RedisSinkConfig cfg;
 	redisAsyncContext *ac;		/* NULL: none */
 	RedisConnState conn;
-	int			setup_pending;	/* AUTH/SELECT answers still awaited */
+	int			setup_pending;	/* AUTH/SELECT/CONFIG answers still awaited */
+	long long	max_bulk;		/* the server's proto-max-bulk-len, or 0: unknown */
 	RelayWatch *watch;			/* the connection's socket in events.c's set */
 	uint32		watching;		/* EPOLLIN, EPOLLOUT: what hiredis asked for */
 	bool		failed;			/* the connection failed: why, for the batch */
@@ -335,7 +341,16 @@ xadd_answered(redisAsyncContext *ac, void *r, void *privdata)
 	rb->batch->ready = true;
 }
 
-/* The answer to AUTH or SELECT on a new connection. */
+/*
+ * The privdata of CONFIG GET proto-max-bulk-len on a new connection, whose
+ * answer is the longest argument Redis takes: longer ones make it close
+ * the connection, often before its error answer can be read, so they are
+ * never sent. An error answer (CONFIG is renamed, or not in the user's
+ * ACL) leaves the limit unknown; that is no failure.
+ */
+static const char limit_query[] = "CONFIG GET proto-max-bulk-len";
+
+/* The answer to AUTH, SELECT or CONFIG GET (privdata limit_query) on a new connection. */
 static void
 setup_answered(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -348,7 +363,14 @@ setup_answered(redisAsyncContext *ac, void *r, void *privdata)
 					 ac->errstr[0] ? ac->errstr : "closed");
 		return;
 	}
-	if (reply->type == REDIS_REPLY_ERROR)
+	if (privdata == limit_query)
+	{
+		s->max_bulk = 0;
+		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+			reply->element[1]->type == REDIS_REPLY_STRING)
+			s->max_bulk = Max(strtoll(reply->element[1]->str, NULL, 10), 0);
+	}
+	else if (reply->type == REDIS_REPLY_ERROR)
 	{
 		RelayMessageOutcome o;
 		char		what[256];
@@ -508,6 +530,8 @@ start_connect(RedisSink *s)
 		if (redisAsyncCommandArgv(ac, setup_answered, NULL, 2, argv, lens) == REDIS_OK)
 			s->setup_pending++;
 	}
+	if (redisAsyncCommand(ac, setup_answered, (void *) limit_query, limit_query) == REDIS_OK)
+		s->setup_pending++;
 }
 
 /*
@@ -603,14 +627,26 @@ send_xadd(RedisSink *s, RedisBatch *rb, int i)
 			ADD_STR("payload");
 			ADD_STR(m->payload);
 		}
+		/* an argument Redis would refuse, closing the connection: not sent */
+		for (int k = 0; ok && s->max_bulk > 0 && k < argc; k++)
+			if (lens[k] > (size_t) s->max_bulk)
+			{
+				char		msg[256];
+
+				snprintf(msg, sizeof(msg),
+						 "too_large: an XADD argument of %zu bytes is over Redis's proto-max-bulk-len (%lld)",
+						 lens[k], s->max_bulk);
+				RelaySetFailure(&rb->each[i], RELAY_PERMANENT, RELAY_CLASS_TOO_LARGE, 0, msg);
+				ok = false;
+			}
 		/* hiredis copies the command into its output buffer */
-		if (redisAsyncCommandArgv(s->ac, xadd_answered, (void *) (intptr_t) i, argc, argv, lens) != REDIS_OK)
+		if (ok && redisAsyncCommandArgv(s->ac, xadd_answered, (void *) (intptr_t) i, argc, argv, lens) != REDIS_OK)
 		{
 			RelaySetFailure(&rb->each[i], RELAY_UNREACHABLE, RELAY_CLASS_CONNECTION, 0,
 							"connection: the connection to Redis is closing");
 			ok = false;
 		}
-		else
+		else if (ok)
 			rb->sent_at[i] = GetCurrentTimestamp();
 	}
 #undef ADD_ARG

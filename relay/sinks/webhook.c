@@ -57,6 +57,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -132,6 +134,15 @@ typedef struct WebhookHost
 
 static WebhookPool pools[2];
 static bool curl_ready = false;
+
+/*
+ * Whether TLS verifies against curl's default CA directory rather than its
+ * CA bundle (ca_directory_usable): OpenSSL 3 parses the whole bundle, some
+ * hundred and fifty certificates, for each new TLS connection, which held
+ * the worker's loop for 100 ms to a second each time; a directory of
+ * hashed names is read one certificate at a time, as a chain is verified.
+ */
+static bool ca_directory_only = false;
 
 struct WebhookBatch;
 
@@ -492,6 +503,8 @@ new_easy_handle(WebhookRequest *r, const WebhookSinkConfig *cfg)
 	curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
 	curl_easy_setopt(r->easy, CURLOPT_TCP_NODELAY, 1L);
+	if (ca_directory_only)
+		curl_easy_setopt(r->easy, CURLOPT_CAINFO, NULL);
 	return true;
 }
 
@@ -791,6 +804,38 @@ curl_timer_changed(CURLM *multi, long timeout_ms, void *userp)
 	return 0;
 }
 
+/*
+ * Whether curl has a default CA directory that holds certificates under
+ * OpenSSL's hashed names (Debian's /etc/ssl/certs, which
+ * update-ca-certificates keeps with the same certificates as the bundle
+ * /etc/ssl/certs/ca-certificates.crt). Where it has none (a system with a
+ * bundle only) the bundle is kept.
+ */
+static bool
+ca_directory_usable(void)
+{
+	bool		usable = false;
+#if LIBCURL_VERSION_NUM >= 0x075400
+	CURL	   *easy = curl_easy_init();
+	char	   *path = NULL;
+	DIR		   *dir;
+	struct dirent *de;
+
+	if (easy != NULL && curl_easy_getinfo(easy, CURLINFO_CAPATH, &path) == CURLE_OK &&
+		path != NULL && (dir = opendir(path)) != NULL)
+	{
+		/* a hashed name: eight hexadecimal digits, ".", a digit */
+		while (!usable && (de = readdir(dir)) != NULL)
+			usable = strlen(de->d_name) == 10 && strspn(de->d_name, "0123456789abcdef") == 8 &&
+				de->d_name[8] == '.' && isdigit((unsigned char) de->d_name[9]);
+		closedir(dir);
+	}
+	if (easy != NULL)
+		curl_easy_cleanup(easy);
+#endif
+	return usable;
+}
+
 /* The pool for pipelines with or without allow_private_network; NULL when curl cannot start. */
 static WebhookPool *
 get_pool(bool allow_private)
@@ -802,6 +847,7 @@ get_pool(bool allow_private)
 		if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 			return NULL;
 		curl_ready = true;
+		ca_directory_only = ca_directory_usable();
 	}
 	if (pool->multi == NULL)
 	{

@@ -245,3 +245,12 @@ $$
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._lock_consumer(text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._lock_consumer(text,text) TO tide_admin;
+
+-- Raises a WARNING when the server did not preload the library; the install
+-- script calls it, so CREATE EXTENSION says what is missing.
+CREATE OR REPLACE FUNCTION tide._warn_unless_preloaded()
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_warn_unless_preloaded'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._warn_unless_preloaded() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;

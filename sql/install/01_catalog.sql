@@ -155,7 +155,10 @@ COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery o
 -- manual. pipeline_id is the pipeline's name. ordering_key is the
 -- message's key with "ordering": "key" (relay/ordering.c; NULL: none): a
 -- key is held back while an entry of it waits here, and only its entries
--- with no earlier one still waiting for its time are taken.
+-- with no earlier one still waiting for its time are taken. A key comes
+-- from a message and may be of any length, so its index holds a hash of
+-- it (a btree entry must fit in a third of a page): the queries compare
+-- the hashes to find the entries, then the keys in full.
 CREATE TABLE tide.relay_retry_queue (
 	pipeline_id			text NOT NULL,
 	outbox_name			text NOT NULL,
@@ -175,7 +178,8 @@ CREATE TABLE tide.relay_retry_queue (
 );
 
 CREATE INDEX relay_retry_queue_due ON tide.relay_retry_queue (pipeline_id, next_attempt_at);
-CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, ordering_key, message_id);
+CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue
+	(pipeline_id, pg_catalog.hashtextextended(ordering_key, 0), message_id);
 
 COMMENT ON TABLE tide.relay_retry_queue
 	IS 'Messages waiting for another delivery attempt, per pipeline';

@@ -60,9 +60,11 @@ DROP VIEW tide.relay_pipeline_status;
 -- a new return type, so the function is re-created.
 DROP FUNCTION tide.relay_workers();
 
--- "ordering": "key" (relay/ordering.c): each queued message's ordering key.
+-- "ordering": "key" (relay/ordering.c): each queued message's ordering key,
+-- indexed by its hash (a key may be longer than a btree entry can be).
 ALTER TABLE tide.relay_retry_queue ADD COLUMN ordering_key text;
-CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue (pipeline_id, ordering_key, message_id);
+CREATE INDEX relay_retry_queue_key ON tide.relay_retry_queue
+	(pipeline_id, pg_catalog.hashtextextended(ordering_key, 0), message_id);
 
 -- The attempt log's index of a message's attempts is on the message id
 -- alone: each row a batch writes costs one integer comparison per level

@@ -1,8 +1,10 @@
 /*
  * kafka_mock.c
- *		A Kafka cluster for the Kafka sink's tests: librdkafka's mock
- *		cluster (rdkafka_mock.h), which speaks the Kafka protocol on
- *		127.0.0.1 and keeps what it is sent, including the idempotent
+ *		A Kafka cluster for the Kafka sink's tests, and for trying the sink
+ *		on one's own machine (docs/sinks/local.md; `make
+ *		test/brokers/kafka_mock` builds it): librdkafka's mock cluster
+ *		(rdkafka_mock.h), which speaks the Kafka protocol on 127.0.0.1
+ *		and keeps what it is sent, including the idempotent
  *		producer's sequence checks. Prints its bootstrap servers on one line,
  *		then reads commands on stdin until "quit" or end of input, and
  *		answers each with "ok" (or "error: ...") on stdout:

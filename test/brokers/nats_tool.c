@@ -1,7 +1,8 @@
 /*
  * nats_tool.c
- *		The JetStream side of the NATS sink's tests (test/t/042, 043),
- *		written with nats.c, not with the sink's code:
+ *		The JetStream side of the NATS sink's tests (test/t/042, 043) and of
+ *		docs/sinks/local.md (Debian has no nats CLI), written with nats.c,
+ *		not with the sink's code:
  *
  *	nats_tool URL create STREAM SUBJECT DUPLICATE_WINDOW_S [MAX_MSG_SIZE [MAX_MSGS]]
  *		creates (or updates) a file-stored stream on SUBJECT ("orders.>")

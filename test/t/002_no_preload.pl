@@ -1,5 +1,7 @@
-# Without shared_preload_libraries, CREATE EXTENSION still works and the
-# functions that need shared memory refuse with SQLSTATE 55000 and a hint.
+# Without shared_preload_libraries, CREATE EXTENSION still works, says in a
+# WARNING (with a hint naming shared_preload_libraries) that the library is
+# not preloaded, and the functions that need shared memory refuse with
+# SQLSTATE 55000 and a hint. Preloaded, CREATE EXTENSION warns of nothing.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -12,7 +14,14 @@ my $node = PostgreSQL::Test::Cluster->new('no_preload');
 $node->init;
 $node->start;
 
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
+my ($ret, $stdout, $stderr) =
+  $node->psql('postgres', "\\set VERBOSITY verbose\nCREATE EXTENSION pg_tide");
+is($ret, 0, 'CREATE EXTENSION succeeds without preloading');
+like($stderr, qr/WARNING:  01000: pg_tide is not loaded via "shared_preload_libraries"/,
+	'CREATE EXTENSION warns that the library is not preloaded');
+like($stderr, qr/HINT:  Add pg_tide to shared_preload_libraries in postgresql.conf and restart the server\./,
+	'the warning\'s hint names shared_preload_libraries');
+is(scalar(() = $stderr =~ /WARNING:/g), 1, 'one warning');
 is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'pg_tide'"),
 	$current, 'extension created without preloading');
 
@@ -49,6 +58,13 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM tide.tide_outbox_messages'
 $node->safe_psql('postgres', 'DROP EXTENSION pg_tide');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_namespace WHERE nspname = 'tide'"),
 	'0', 'DROP EXTENSION removes schema tide');
+
+# Preloaded, the same CREATE EXTENSION warns of nothing.
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'\n");
+$node->restart;
+($ret, $stdout, $stderr) = $node->psql('postgres', 'CREATE EXTENSION pg_tide');
+is($ret, 0, 'CREATE EXTENSION succeeds with the library preloaded');
+unlike($stderr, qr/WARNING/, 'preloaded, CREATE EXTENSION warns of nothing');
 
 $node->stop;
 done_testing();

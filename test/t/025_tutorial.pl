@@ -17,6 +17,7 @@ use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode;
 use PgTide::Receiver;
+use PgTide::Docs qw(fenced_blocks);
 use JSON::PP;
 use MIME::Base64 qw(decode_base64);
 use Digest::SHA qw(hmac_sha256_base64);
@@ -25,26 +26,9 @@ my $tutorial = "$FindBin::Bin/../../docs/tutorial.md";
 my $placeholder = 'http://127.0.0.1:8080/hook';
 
 # The ```sql blocks of the tutorial, in order: [first line number, text].
-open my $fh, '<', $tutorial or die "could not open $tutorial: $!";
-my (@blocks, $cur);
-while (my $line = <$fh>)
-{
-	if (!defined $cur && $line =~ /^```sql\s*$/)
-	{
-		$cur = [ $. + 1, '' ];
-	}
-	elsif (defined $cur && $line =~ /^```\s*$/)
-	{
-		push @blocks, $cur;
-		$cur = undef;
-	}
-	elsif (defined $cur)
-	{
-		$cur->[1] .= $line;
-	}
-}
-close $fh;
-ok(!defined $cur, 'every ```sql block of the tutorial is closed');
+my ($blocks, $closed) = fenced_blocks($tutorial, 'sql');
+my @blocks = @$blocks;
+ok($closed, 'every ```sql block of the tutorial is closed');
 cmp_ok(scalar @blocks, '>=', 5, 'the tutorial has its sql blocks (' . scalar(@blocks) . ')');
 
 my $text = PostgreSQL::Test::Utils::slurp_file($tutorial);

@@ -116,14 +116,23 @@ disk_full($node, 'tide.relay_pipeline_health', 'INSERT OR UPDATE');
 ok(defined wait_until(sub { slurp_file($node->logfile, $log_offset) =~
 		  /pg_tide relay could not record the error of pipeline "hook": could not extend file: No space left on device/ }, 10),
 	'an error that cannot be recorded is logged');
-ok(defined wait_until(sub { (() = slurp_file($node->logfile, $log_offset) =~ /could not record the error of pipeline "hook"/g) >= 2 }, 15)
+# Held, tried again (the batch is sent again), the same error: not logged
+# again within the minute (relay/log_repeat.c).
+my $sent = sub { scalar grep { $json->decode($_->{body})->{message_id} == $more[0] } $rcv->requests };
+my $sent_before = $sent->();
+ok(defined wait_until(sub { $sent->() > $sent_before }, 15)
 	  && sql('SELECT pid FROM tide.relay_workers()') eq $pid,
-	'and the same worker goes on: held, tried again, the same error');
+	'and the same worker goes on: held, tried again');
+is(scalar(() = slurp_file($node->logfile, $log_offset) =~ /could not record the error of pipeline "hook"/g), 1,
+	'the same failure again is not logged again within the minute');
 sql('DROP TRIGGER disk_full ON tide.relay_pipeline_health');
 sql('DROP TRIGGER disk_full ON tide.relay_attempts');
 ok(wait_status('health, turn_error IS NULL, reason IS NULL, offset_id', qr/^healthy\|t\|t\|$more[-1]$/, 15),
 	'the cause gone: healthy, the error cleared, the batch recorded')
   or diag(status('health, turn_error, reason, offset_id'));
+like(slurp_file($node->logfile, $log_offset),
+	qr/pg_tide relay records the [a-z ]+ of pipeline "hook" again\n.*DETAIL:  Recording failed \d+ times? since/,
+	'the log says that its state is recorded again');
 
 # stopped: the relay switched off.
 $rcv->stop;

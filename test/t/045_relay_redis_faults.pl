@@ -174,6 +174,9 @@ sub xlen_after_resume
 {
 	set_pipeline('t4', timeout_ms => 500, batch_size => 20);
 	ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_workers()") > 0 }, 30), 'test 4: the relay runs');
+	# the connection is made (and its set-up answered) before the pause: a
+	# new connection whose set-up goes unanswered holds the pipeline instead
+	ok(defined wait_all('t4', [ publish('t4', 1) ], 30), 'test 4: a first message arrives');
 	$redis->pause;
 	my @ids = publish('t4', 50);
 	ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 't4' AND error_class = 'timeout'") > 0 }, 30),

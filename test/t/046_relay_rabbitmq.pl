@@ -35,137 +35,31 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::RabbitMQ;
 use JSON::PP;
-use IO::Socket::INET;
-use POSIX qw(setsid);
 use Time::HiRes qw(time usleep);
 
 my $json = JSON::PP->new->canonical;
-my $reader = "$FindBin::Bin/../brokers/rabbitmq_read";
-my $server = '/usr/lib/rabbitmq/bin/rabbitmq-server';
-my $ctl = '/usr/lib/rabbitmq/bin/rabbitmqctl';
-# CI installs rabbitmq-server: missing, the test fails rather than skips
-ok(-x $server && -x $ctl, 'rabbitmq-server is installed') or BAIL_OUT("rabbitmq-server is missing");
-ok(-x $reader, 'test/brokers/rabbitmq_read is built') or BAIL_OUT("rabbitmq_read is missing");
-
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $password = 'rmq-secret-pw';
 $ENV{PG_TIDE_RABBITMQ_PASSWORD} = $password;
-my $node = tide_node('rabbitmq', "pg_tide.relay_naptime_ms = 100\n");
+# (pg_tide.max_payload_bytes is raised for an 8 MB message)
+my $node = tide_node('rabbitmq', "pg_tide.relay_naptime_ms = 100\npg_tide.max_payload_bytes = 33554432\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 # ---------------------------------------------------------------- the broker
-my ($amqp_port, $tls_port, $epmd_port, $nodename, %rmq_env, $rmq_pid);
+my $rmq = PgTide::RabbitMQ->new(dir => $dir, password => $password,
+	conf => "max_message_size = 65536\n");
+ok($rmq->start, 'rabbitmq-server runs on 127.0.0.1, with a vhost and a user of the test')
+  or BAIL_OUT("rabbitmq-server did not start");
+my ($amqp_port, $tls_port, $tls) = ($rmq->port, $rmq->tls_port, $rmq->tls_dir);
 
-# A CA and the broker's certificate for localhost; another CA that did not sign it.
-my $tls = "$dir/tls";
-mkdir $tls;
-PostgreSQL::Test::Utils::append_to_file("$tls/san.cnf", "subjectAltName=DNS:localhost\n");
-for my $cmd (
-	"req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/ca.key -out $tls/ca.pem -days 2 -subj /CN=tide-test-ca",
-	"req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/other.key -out $tls/other.pem -days 2 -subj /CN=other-ca",
-	"req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $tls/server.key -out $tls/server.csr -subj /CN=localhost",
-	"x509 -req -in $tls/server.csr -CA $tls/ca.pem -CAkey $tls/ca.key -CAcreateserial -out $tls/server.pem -days 2 -extfile $tls/san.cnf")
-{
-	system("openssl $cmd >>$tls/openssl.log 2>&1") == 0 or BAIL_OUT("openssl $cmd failed");
-}
-
-sub port_free
-{
-	my ($port) = @_;
-	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
-		Listen => 1, ReuseAddr => 1);
-	return 0 unless $s;
-	close $s;
-	return 1;
-}
-
-# rabbitmqctl with the node's environment; true when it succeeded.
-sub ctl
-{
-	my @args = @_;
-	local %ENV = (%ENV, %rmq_env);
-	return system("$ctl -n $nodename @args >>$dir/rabbitmqctl.log 2>&1") == 0;
-}
-
-sub stop_rabbitmq
-{
-	return unless $rmq_pid;
-	ctl('stop');
-	kill 'KILL', -$rmq_pid;		# the node's own process group, if still there
-	waitpid($rmq_pid, 0);
-	# the node's own epmd daemon (ERL_EPMD_RELAXED_COMMAND_CHECK lets it be killed)
-	wait_until(sub {
-		system("ERL_EPMD_PORT=$epmd_port ERL_EPMD_RELAXED_COMMAND_CHECK=1 epmd -kill >/dev/null 2>&1");
-		return port_free($epmd_port);
-	}, 10, 200_000);
-	$rmq_pid = undef;
-}
-
-END { stop_rabbitmq() }
-
-# Starts a node on free ports; true once its AMQP port answers.
-sub start_rabbitmq
-{
-	for my $try (1 .. 5)
-	{
-		my $p = 20000 + int(rand(20000));
-		next unless port_free($p) && port_free($p + 1) && port_free($p + 2) && port_free($p + 20000);
-		my $base = "$dir/rabbitmq$try";
-		mkdir $base;
-		mkdir "$base/$_" for qw(home mnesia log);
-		$amqp_port = $p;
-		$epmd_port = $p + 1;
-		$tls_port = $p + 2;
-		$nodename = "tide_test_$$\_$try\@localhost";
-		PostgreSQL::Test::Utils::append_to_file("$base/rabbitmq.conf",
-			"listeners.tcp.1 = 127.0.0.1:$p\nmax_message_size = 65536\nloopback_users = none\n"
-			  . "listeners.ssl.1 = 127.0.0.1:$tls_port\nssl_options.cacertfile = $tls/ca.pem\n"
-			  . "ssl_options.certfile = $tls/server.pem\nssl_options.keyfile = $tls/server.key\n"
-			  . "ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n");
-		PostgreSQL::Test::Utils::append_to_file("$base/advanced.config",
-			"[{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n");
-		PostgreSQL::Test::Utils::append_to_file("$base/enabled_plugins", "[].\n");
-		%rmq_env = (HOME => "$base/home", RABBITMQ_NODENAME => $nodename,
-			RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1', RABBITMQ_NODE_PORT => $p,
-			RABBITMQ_DIST_PORT => $p + 20000, ERL_EPMD_ADDRESS => '127.0.0.1',
-			ERL_EPMD_PORT => $epmd_port, ERL_EPMD_RELAXED_COMMAND_CHECK => 1,
-			RABBITMQ_MNESIA_BASE => "$base/mnesia",
-			RABBITMQ_LOG_BASE => "$base/log", RABBITMQ_CONFIG_FILE => "$base/rabbitmq.conf",
-			RABBITMQ_ADVANCED_CONFIG_FILE => "$base/advanced.config",
-			RABBITMQ_ENABLED_PLUGINS_FILE => "$base/enabled_plugins",
-			RABBITMQ_PID_FILE => "$base/pid");
-		$rmq_pid = fork;
-		if ($rmq_pid == 0)
-		{
-			setsid();
-			%ENV = (%ENV, %rmq_env);
-			open STDOUT, '>', "$base/server.out";
-			open STDERR, '>&', \*STDOUT;
-			exec $server;
-		}
-		my $up = wait_until(sub {
-			IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $p) }, 60, 200_000);
-		return 1 if defined $up && ctl('await_startup');
-		diag("rabbitmq-server did not start on port $p:\n" . slurp_file("$base/server.out"));
-		stop_rabbitmq();
-	}
-	return 0;
-}
-
-ok(start_rabbitmq(), 'rabbitmq-server runs on 127.0.0.1') or BAIL_OUT("rabbitmq-server did not start");
-ok(ctl('add_vhost tide') && ctl("add_user tide $password")
-	  && ctl(q{set_permissions -p tide tide '.*' '.*' '.*'}), 'a vhost and a user of the test');
+sub ctl { return $rmq->ctl(@_) }
+sub stop_rabbitmq { $rmq->stop }
 
 # The broker as a client sees it (test/brokers/rabbitmq_read).
-sub amqp
-{
-	my @args = @_;
-	my $out = `$reader 127.0.0.1 $amqp_port tide $password tide @args 2>&1`;
-	die "rabbitmq_read @args: $out" if $? != 0;
-	return $out;
-}
+sub amqp { return $rmq->amqp(@_) }
 
 # The messages that reached the queue (read and acknowledged: until none
 # came for $idle_ms, or $max came), added to those read before.
@@ -358,6 +252,23 @@ is(sql(q{SELECT string_agg((payload->>'n') || ':' || reason || ':' || last_error
 is(wait_all('q_mixed', 20), 20, 'the other messages arrived');
 ok(!grep({ $_ > 100 } ns_of('q_mixed')), 'no refused message reached the queue');
 
+# An 8 MB message, far over max_message_size (64 kB) and larger than the
+# socket's buffers, then 50 others: it is
+# dead-lettered as too_large after one attempt, whatever the broker does
+# with the rest of its frames, and the 50 arrive.
+amqp('queue', 'q_huge');
+sql("SELECT tide.outbox_create('huge')");
+my ($huge) = split /\n/, sql(q{SELECT tide.outbox_publish('huge', jsonb_build_object('n', 0, 'pad', repeat('x', 8000000)))});
+sql(q{SELECT tide.outbox_publish('huge', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+set_pipeline('huge', 'huge', exchange => '', routing_key => 'q_huge');
+ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'huge'") == 1 }, 60),
+	'an 8 MB message is dead-lettered');
+is(sql("SELECT message_id || ':' || reason || ':' || last_error_class FROM tide.relay_dlq WHERE pipeline_id = 'huge'"),
+	"$huge:permanent:too_large", '... as too_large, permanent');
+is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'huge' AND message_id = $huge"), '1',
+	'... after one attempt');
+is(wait_all('q_huge', 50), 50, 'the 50 messages behind it arrived');
+
 # --------------------------------------------------- nack: retried, class broker
 amqp('queue', 'q_small', 5);
 sql("SELECT tide.outbox_create('small')");
@@ -371,7 +282,7 @@ is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'small'"), '0', 
 
 # ------------------------------------------ destination failures hold the pipeline
 my $closed = 20000 + int(rand(20000));
-$closed++ until port_free($closed);
+$closed++ until PgTide::RabbitMQ::port_free($closed);
 amqp('queue', 'q_down');
 sql("SELECT tide.outbox_create('down')");
 sql(q{SELECT tide.outbox_publish('down', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
