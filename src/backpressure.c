@@ -81,40 +81,46 @@ count_unconsumed(const char *name, int64 low, int64 threshold)
 }
 
 /*
- * Refuses a publish of `n` messages to an outbox that holds `unconsumed`
- * of at most `threshold`, naming the groups that hold it back.
+ * " Held back by <the slowest groups>." for the DETAIL of a refusal, or ""
+ * when no group has a position.
  */
-static void
-refuse(const char *name, int64 unconsumed, int64 threshold, int64 n)
+static char *
+holders_sentence(const char *name)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		args[1];
+	Datum		phrase;
 	bool		isnull;
-	char	   *holders = NULL;
 
 	args[0] = CStringGetTextDatum(name);
 	if (SPI_execute_plan(TidePlan(&holders_plan,
 								  "SELECT tide._outbox_holders_text(tide._outbox_holders($1))",
 								  1, types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
+						 args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the consumer groups of outbox \"%s\"", name);
-	if (SPI_processed == 1)
-	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	phrase = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? "" : psprintf(" Held back by %s.", TextDatumGetCString(phrase));
+}
 
-		if (!isnull)
-			holders = psprintf(" Held back by %s.", TextDatumGetCString(d));
-	}
+/*
+ * Refuses a publish of `n` messages to an outbox that holds `unconsumed`
+ * of at most `threshold`, naming the groups that hold it back when `named`
+ * (a 0.1.0 catalog has no tide._outbox_holders).
+ */
+static void
+refuse(const char *name, int64 unconsumed, int64 threshold, int64 n, bool named)
+{
+	char	   *holders = named ? holders_sentence(name) : "";
+
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("outbox \"%s\" has too many unconsumed messages", name),
 			 unconsumed >= threshold ?
 			 errdetail("It holds at least %lld unconsumed messages and its inline_threshold is %lld.%s",
-					   (long long) unconsumed, (long long) threshold, holders ? holders : "") :
+					   (long long) unconsumed, (long long) threshold, holders) :
 			 errdetail("It holds %lld unconsumed messages and its inline_threshold is %lld; "
 					   "publishing %lld more would exceed it.%s",
-					   (long long) unconsumed, (long long) threshold, (long long) n,
-					   holders ? holders : ""),
+					   (long long) unconsumed, (long long) threshold, (long long) n, holders),
 			 errhint("Let those groups catch up (enable a disabled pipeline with tide.relay_enable()), "
 					 "drop a group no one reads any more with tide.drop_consumer_group(), "
 					 "or raise or remove the limit with tide.outbox_set_threshold().")));
@@ -124,7 +130,8 @@ refuse(const char *name, int64 unconsumed, int64 threshold, int64 n)
  * Admits `n` more messages to the outbox or raises 53400; records and
  * announces a change of its backpressure level. `held` says whether a
  * limit applies (an inline_threshold and a positioned consumer group),
- * `low` is the position, `level` the level the outbox recorded. Returns the
+ * `low` is the position, `level` the level the outbox recorded (-1: a 0.1.0
+ * catalog, which records none and cannot name the groups). Returns the
  * span the fast path may admit above `low` (see the top of the file).
  */
 int64
@@ -137,7 +144,7 @@ BackpressureAdmit(const char *name, int64 n, bool held, int64 threshold, int64 l
 	if (!held)
 	{
 		/* nothing holds it back: a level announced before is over */
-		if (level != 0)
+		if (level > 0)
 			record_level(name, 0, 0, threshold);
 		return PG_INT64_MAX;
 	}
@@ -148,10 +155,10 @@ BackpressureAdmit(const char *name, int64 n, bool held, int64 threshold, int64 l
 	{
 		after = count_unconsumed(name, low, threshold) + n;
 		if (after > threshold)
-			refuse(name, after - n, threshold, n);
+			refuse(name, after - n, threshold, n, level >= 0);
 		now_level = after >= threshold ? 100 : after >= warn ? 80 : 0;
 	}
-	if (now_level != level)
+	if (level >= 0 && now_level != level)
 		record_level(name, now_level, after, threshold);
 	return warn - 1;
 }

@@ -56,6 +56,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
@@ -74,6 +75,26 @@ PG_FUNCTION_INFO_V1(tide_outbox_publish);
 PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
 
 static SPIPlanPtr admit_plan = NULL;
+static SPIPlanPtr admit_plan_without_levels = NULL;
+
+/*
+ * The slow path's read of the outbox's config row: enabled, threshold, the
+ * position, whether a positioned consumer group reads it, and the
+ * backpressure level recorded (the expression `level`: a 0.1.0 catalog
+ * records none).
+ */
+#define ADMIT_SQL(level) \
+	"SELECT c.enabled, c.inline_threshold::bigint," \
+	"       greatest(tide._outbox_low_water(c.outbox_name)," \
+	"                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m" \
+	"                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name" \
+	"                    AND m.consumed_at IS NULL" \
+	"                  ORDER BY m.outbox_name, m.id LIMIT 1))," \
+	"       EXISTS (SELECT FROM tide.tide_consumer_groups g" \
+	"                WHERE g.outbox_name OPERATOR(pg_catalog.=) c.outbox_name" \
+	"                  AND tide._group_position(g.group_name) IS NOT NULL)," \
+	"       " level \
+	"  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1"
 
 /*
  * The REPEATABLE READ INSERT's admission, as a condition on the config row
@@ -147,6 +168,19 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * Whether the catalog records backpressure levels: not a 0.1.0 catalog,
+ * which the library serves until ALTER EXTENSION pg_tide UPDATE.
+ */
+static bool
+catalog_records_levels(void)
+{
+	Oid			nsp = get_namespace_oid("tide", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("tide_outbox_config", nsp) : InvalidOid;
+
+	return OidIsValid(relid) && get_attnum(relid, "backpressure_level") != InvalidAttrNumber;
+}
+
+/*
  * The slow path's check that `n` more messages may be published to the
  * outbox: it exists, is enabled, and backpressure admits them
  * (src/backpressure.c). Raises the error that applies; returns the
@@ -169,19 +203,9 @@ outbox_admit(const char *name, int64 n, int64 *span_out)
 	int			level;
 
 	args[0] = CStringGetTextDatum(name);
-	if (SPI_execute_plan(TidePlan(&admit_plan,
-								  "SELECT c.enabled, c.inline_threshold::bigint,"
-								  "       greatest(tide._outbox_low_water(c.outbox_name),"
-								  "                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m"
-								  "                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name"
-								  "                    AND m.consumed_at IS NULL"
-								  "                  ORDER BY m.outbox_name, m.id LIMIT 1)),"
-								  "       EXISTS (SELECT FROM tide.tide_consumer_groups g"
-								  "                WHERE g.outbox_name OPERATOR(pg_catalog.=) c.outbox_name"
-								  "                  AND tide._group_position(g.group_name) IS NOT NULL),"
-								  "       c.backpressure_level::bigint"
-								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1",
-								  1, admit_types),
+	if (SPI_execute_plan(catalog_records_levels() ?
+						 TidePlan(&admit_plan, ADMIT_SQL("c.backpressure_level::bigint"), 1, admit_types) :
+						 TidePlan(&admit_plan_without_levels, ADMIT_SQL("-1::bigint"), 1, admit_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
 	if (SPI_processed == 0)

@@ -66,6 +66,12 @@ SELECT tide.outbox_publish_batch('bp', ARRAY['{"i": 11}', '{"i": 12}']::jsonb[])
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT tide.outbox_publish('bp', '{"i": 11}');
 ROLLBACK;
+-- the same for a role that may only publish
+CREATE ROLE regress_bp_publisher IN ROLE tide_publisher;
+SELECT tide.outbox_grant_publish('bp', 'regress_bp_publisher');
+SET ROLE regress_bp_publisher;
+SELECT tide.outbox_publish('bp', '{"i": 11}');
+RESET ROLE;
 -- no event more: the level is recorded
 SELECT count(*) AS events FROM tide.tide_outbox_messages
  WHERE outbox_name = 'bp_ops' AND payload ->> 'event' = 'outbox.backpressure';
@@ -86,7 +92,9 @@ SELECT pg_temp.try($$SELECT tide.outbox_set_threshold('bp_nope', 5)$$);
 
 -- a new crossing is announced again: one batch past 80 and 100 % at once
 SELECT tide.outbox_set_threshold('bp', 14);
+SET ROLE regress_bp_publisher;
 SELECT tide.outbox_publish_batch('bp', ARRAY['{"i": 13}', '{"i": 14}']::jsonb[]);
+RESET ROLE;
 SELECT payload -> 'percent' AS percent, payload -> 'unconsumed' AS unconsumed
   FROM tide.tide_outbox_messages
  WHERE outbox_name = 'bp_ops' AND payload ->> 'event' = 'outbox.backpressure' ORDER BY id;
@@ -124,4 +132,9 @@ RESET pg_tide.operator_events_outbox;
 SELECT tide.outbox_drop('bp_free', p_cascade => true);
 SELECT tide.outbox_drop('bp_alone');
 SELECT tide.outbox_drop('bp_ops');
+DROP ROLE regress_bp_publisher;
+-- the 100,000 deleted messages' index entries would make the tests after
+-- this one walk them (on a catalog updated from 0.1.0 they are all in one
+-- table)
+VACUUM tide.tide_outbox_messages;
 SELECT setval('tide.tide_outbox_messages_id_seq', greatest(:seq_before, 1), :seq_before > 0) \g /dev/null
