@@ -10,6 +10,7 @@ OBJS = \
 	src/outbox.o \
 	src/direct_insert.o \
 	src/admission_cache.o \
+	src/backpressure.o \
 	src/partitions.o \
 	src/limits.o \
 	src/catalog_version.o \

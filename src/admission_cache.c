@@ -1,8 +1,10 @@
 /*
  * admission_cache.c
  *		What a backend remembers of the last outbox it admitted a publish to:
- *		its position, its inline_threshold, and that it exists and is
- *		enabled; and when it must forget it.
+ *		its position, how far above it the fast path may publish (below
+ *		80 % of its inline_threshold, or without bound when no limit holds
+ *		it back), and that it exists and is enabled; and when it must
+ *		forget it.
  *
  * outbox.c's slow path reads the outbox's config row and position; with
  * them remembered, the next publishes of the backend under READ COMMITTED
@@ -34,7 +36,7 @@ typedef struct AdmissionCache
 	bool		valid;
 	char		outbox[NAMEDATALEN];
 	int64		position;
-	int64		threshold;
+	int64		span;			/* the most ids from the position to the last */
 	TimestampTz read_at;
 	Oid			sequence;		/* the message id sequence it belongs to */
 	Oid			config_relid;	/* tide.tide_outbox_config, whose changes clear it */
@@ -85,39 +87,39 @@ AdmissionGeneration(void)
 }
 
 /*
- * Remembers that the outbox admitted a publish, with its position and
- * inline_threshold, read after AdmissionGeneration returned `generation`;
- * forgets instead when an invalidation arrived since.
+ * Remembers that the outbox admitted a publish, with its position and the
+ * span the fast path may admit above it, read after AdmissionGeneration
+ * returned `generation`; forgets instead when an invalidation arrived since.
  */
 void
-AdmissionRemember(const char *outbox, int64 position, int64 threshold, uint64 generation)
+AdmissionRemember(const char *outbox, int64 position, int64 span, uint64 generation)
 {
 	admission.valid = false;
 	if (generation != admission_generation || !OidIsValid(admission.config_relid))
 		return;
 	strlcpy(admission.outbox, outbox, NAMEDATALEN);
 	admission.position = position;
-	admission.threshold = threshold;
+	admission.span = span;
 	admission.read_at = GetCurrentTimestamp();
 	admission.sequence = TrackerSequenceOid();
 	admission.valid = true;
 }
 
 /*
- * The outbox's position and inline_threshold this backend read less than
+ * The outbox's position and admitted span this backend read less than
  * ADMISSION_CACHE_MS ago, with no change to tide_outbox_config processed
  * since. Positions only move forward while a backend remembers one (a
  * rewind or a new group is seen within ADMISSION_CACHE_MS), so an old one
  * only overstates the count.
  */
 bool
-AdmissionRemembered(const char *outbox, int64 *position, int64 *threshold)
+AdmissionRemembered(const char *outbox, int64 *position, int64 *span)
 {
 	if (!admission.valid || strcmp(admission.outbox, outbox) != 0 ||
 		admission.sequence != TrackerSequenceOid() ||
 		TimestampDifferenceExceeds(admission.read_at, GetCurrentTimestamp(), ADMISSION_CACHE_MS))
 		return false;
 	*position = admission.position;
-	*threshold = admission.threshold;
+	*span = admission.span;
 	return true;
 }

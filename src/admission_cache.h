@@ -6,8 +6,8 @@
 #define TIDE_ADMISSION_CACHE_H
 
 extern uint64 AdmissionGeneration(void);
-extern void AdmissionRemember(const char *outbox, int64 position, int64 threshold,
+extern void AdmissionRemember(const char *outbox, int64 position, int64 span,
 							  uint64 generation);
-extern bool AdmissionRemembered(const char *outbox, int64 *position, int64 *threshold);
+extern bool AdmissionRemembered(const char *outbox, int64 *position, int64 *span);
 
 #endif

@@ -8,8 +8,10 @@
  * with the publish tracker (tracker.c).
  *
  * Publishing is admitted when the outbox exists, is enabled, and would not
- * hold more unconsumed messages than its inline_threshold. To cost little
- * more than an INSERT, a publish in the common case is one plain INSERT:
+ * hold more unconsumed messages than a limit that holds it back (an
+ * inline_threshold and a positioned consumer group: src/backpressure.c).
+ * To cost little more than an INSERT, a publish in the common case is one
+ * plain INSERT:
  *
  * 1. Ids first: the publish takes its ids (tracker.c) and asks
  *	  partitions.c for the table that holds them: a child table of
@@ -19,18 +21,20 @@
  *	  (src/direct_insert.c), anything else with an INSERT through SPI.
  * 2. Fast path: the backend remembers, for at most ADMISSION_CACHE_MS and
  *	  until tide_outbox_config changes, that the outbox exists and is
- *	  enabled, its inline_threshold and its position (below it every
- *	  message is consumed; src/admission_cache.c). The publish locks its
- *	  table, takes in the invalidations, and inserts when a cheap upper
- *	  bound on the unconsumed messages leaves room: the ids from the
- *	  position to the last id it takes. Neither the config row nor a
+ *	  enabled, its position (below it every message is consumed) and the
+ *	  span of ids above it that backpressure admits without a look
+ *	  (src/admission_cache.c). The publish locks its table, takes in the
+ *	  invalidations, and inserts when a cheap upper bound on the unconsumed
+ *	  messages is within the span: the ids from the position to the last
+ *	  id it takes. Neither the config row nor a
  *	  message table is read (a probe there would lock every child table,
  *	  and retention drops them).
  * 3. Slow path, when the backend remembers nothing it may use or the bound
  *	  is reached: the full check, which raises the error that applies
  *	  (missing, disabled, or too many messages by an exact count above the
- *	  lowest consumer group position), and otherwise admits the publish and
- *	  yields what step 2 remembers.
+ *	  lowest consumer group position), records a crossing of 80 or 100 %
+ *	  of the limit, and otherwise admits the publish and yields what step 2
+ *	  remembers.
  *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
@@ -52,6 +56,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
@@ -62,6 +67,7 @@
 #include "utils/lsyscache.h"
 
 #include "admission_cache.h"
+#include "backpressure.h"
 #include "partitions.h"
 #include "pg_tide.h"
 
@@ -69,17 +75,36 @@ PG_FUNCTION_INFO_V1(tide_outbox_publish);
 PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
 
 static SPIPlanPtr admit_plan = NULL;
-static SPIPlanPtr count_plan = NULL;
+static SPIPlanPtr admit_plan_without_levels = NULL;
+
+/*
+ * The slow path's read of the outbox's config row: enabled, threshold, the
+ * position, whether a positioned consumer group reads it, and the
+ * backpressure level recorded (the expression `level`: a 0.1.0 catalog
+ * records none).
+ */
+#define ADMIT_SQL(level) \
+	"SELECT c.enabled, c.inline_threshold::bigint," \
+	"       greatest(tide._outbox_low_water(c.outbox_name)," \
+	"                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m" \
+	"                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name" \
+	"                    AND m.consumed_at IS NULL" \
+	"                  ORDER BY m.outbox_name, m.id LIMIT 1))," \
+	"       EXISTS (SELECT FROM tide.tide_consumer_groups g" \
+	"                WHERE g.outbox_name OPERATOR(pg_catalog.=) c.outbox_name" \
+	"                  AND tide._group_position(g.group_name) IS NOT NULL)," \
+	"       " level \
+	"  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1"
 
 /*
  * The REPEATABLE READ INSERT's admission, as a condition on the config row
  * c: $4 skips it (the slow path admitted the publish), $6 is the outbox's
- * position, $7 the last id the publish takes. Every unconsumed message lies
- * between the position and the last id handed out, so their distance
- * bounds the count.
+ * position, $7 the last id the publish takes, $8 the span admitted above
+ * the position. Every unconsumed message lies between the position and the
+ * last id handed out, so their distance bounds the count.
  */
 #define ADMITTED_BY_BOUND \
-	"c.enabled AND ($4 OR $7 OPERATOR(pg_catalog.-) $6 OPERATOR(pg_catalog.<=) c.inline_threshold)"
+	"c.enabled AND ($4 OR $7 OPERATOR(pg_catalog.-) $6 OPERATOR(pg_catalog.<=) $8)"
 
 /*
  * The INSERTs into the table named by %s (in schema tide; partitions.c):
@@ -143,39 +168,44 @@ headers_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * Whether the catalog records backpressure levels: not a 0.1.0 catalog,
+ * which the library serves until ALTER EXTENSION pg_tide UPDATE.
+ */
+static bool
+catalog_records_levels(void)
+{
+	Oid			nsp = get_namespace_oid("tide", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("tide_outbox_config", nsp) : InvalidOid;
+
+	return OidIsValid(relid) && get_attnum(relid, "backpressure_level") != InvalidAttrNumber;
+}
+
+/*
  * The slow path's check that `n` more messages may be published to the
- * outbox: it exists, is enabled, and would not hold more than
- * inline_threshold unconsumed messages. Unconsumed means above the lowest
- * position of its consumer groups (all messages when it has none). The
- * count is exact; it is only taken when a bound (last id handed out minus
- * that position) says the threshold could be reached. Raises the error
- * that applies; returns the position (see the top of the file) when the
- * publish is admitted, and the outbox's inline_threshold in *threshold_out.
- * Reads with a new snapshot (under READ COMMITTED), so that run under the
- * publish's lock it sees a drop the lock waited for.
+ * outbox: it exists, is enabled, and backpressure admits them
+ * (src/backpressure.c). Raises the error that applies; returns the
+ * position (see the top of the file) when the publish is admitted, and the
+ * span the fast path may admit above it in *span_out. Reads with a new
+ * snapshot (under READ COMMITTED), so that run under the publish's lock it
+ * sees a drop the lock waited for.
  */
 static int64
-outbox_admit(const char *name, int64 n, int64 *threshold_out)
+outbox_admit(const char *name, int64 n, int64 *span_out)
 {
 	Oid			admit_types[1] = {TEXTOID};
-	Oid			count_types[3] = {TEXTOID, INT8OID, INT8OID};
-	Datum		args[3];
+	Datum		args[1];
 	bool		isnull;
+	bool		threshold_isnull;
 	bool		enabled;
 	int64		threshold;
 	int64		low;
-	int64		unconsumed;
+	bool		grouped;
+	int			level;
 
 	args[0] = CStringGetTextDatum(name);
-	if (SPI_execute_plan(TidePlan(&admit_plan,
-								  "SELECT c.enabled, c.inline_threshold::bigint,"
-								  "       greatest(tide._outbox_low_water(c.outbox_name),"
-								  "                (SELECT m.id OPERATOR(pg_catalog.-) 1 FROM tide.tide_outbox_messages m"
-								  "                  WHERE m.outbox_name OPERATOR(pg_catalog.=) c.outbox_name"
-								  "                    AND m.consumed_at IS NULL"
-								  "                  ORDER BY m.outbox_name, m.id LIMIT 1))"
-								  "  FROM tide.tide_outbox_config c WHERE c.outbox_name OPERATOR(pg_catalog.=) $1",
-								  1, admit_types),
+	if (SPI_execute_plan(catalog_records_levels() ?
+						 TidePlan(&admit_plan, ADMIT_SQL("c.backpressure_level::bigint"), 1, admit_types) :
+						 TidePlan(&admit_plan_without_levels, ADMIT_SQL("-1::bigint"), 1, admit_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
 	if (SPI_processed == 0)
@@ -185,41 +215,17 @@ outbox_admit(const char *name, int64 n, int64 *threshold_out)
 				 errhint("Create it with tide.outbox_create().")));
 
 	enabled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	threshold = TideSpiInt64(2, &isnull);
+	threshold = TideSpiInt64(2, &threshold_isnull);
 	low = TideSpiInt64(3, &isnull);
+	grouped = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	level = (int) TideSpiInt64(5, &isnull);
 	if (!enabled)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("outbox \"%s\" is disabled", name),
 				 errhint("Enable it with tide.outbox_enable().")));
 
-	*threshold_out = threshold;
-	if (TrackerSequenceLastValue() - low + n <= threshold)
-		return low;
-
-	args[1] = Int64GetDatum(low);
-	args[2] = Int64GetDatum(threshold);
-	if (SPI_execute_plan(TidePlan(&count_plan,
-								  "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM tide.tide_outbox_messages m"
-								  "  WHERE m.outbox_name OPERATOR(pg_catalog.=) $1 AND m.consumed_at IS NULL"
-								  "    AND m.id OPERATOR(pg_catalog.>) $2"
-								  "  LIMIT $3) s",
-								  3, count_types),
-						 args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not count the unconsumed messages of outbox \"%s\"", name);
-	unconsumed = TideSpiInt64(1, &isnull);
-	if (unconsumed + n > threshold)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("outbox \"%s\" has too many unconsumed messages", name),
-				 unconsumed == threshold ?
-				 errdetail("It holds at least %lld unconsumed messages and its inline_threshold is %lld.",
-						   (long long) unconsumed, (long long) threshold) :
-				 errdetail("It holds %lld unconsumed messages and its inline_threshold is %lld; "
-						   "publishing %lld more would exceed it.",
-						   (long long) unconsumed, (long long) threshold, (long long) n),
-				 errhint("Let its consumer groups catch up before publishing more; "
-						 "the limit is tide.tide_outbox_config.inline_threshold.")));
+	*span_out = BackpressureAdmit(name, n, grouped && !threshold_isnull, threshold, low, level);
 	return low;
 }
 
@@ -231,10 +237,10 @@ static int64
 admit_and_remember(const char *name, int64 n)
 {
 	uint64		generation = AdmissionGeneration();
-	int64		threshold;
-	int64		position = outbox_admit(name, n, &threshold);
+	int64		span;
+	int64		position = outbox_admit(name, n, &span);
 
-	AdmissionRemember(name, position, threshold, generation);
+	AdmissionRemember(name, position, span, generation);
 	return position;
 }
 
@@ -242,8 +248,8 @@ admit_and_remember(const char *name, int64 n)
 static SPIPlanPtr
 insert_plan(PublishTarget *target, bool batch, bool locking)
 {
-	Oid			types[7] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID,
-	batch ? INT8ARRAYOID : INT8OID, INT8OID, INT8OID};
+	Oid			types[8] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID,
+	batch ? INT8ARRAYOID : INT8OID, INT8OID, INT8OID, INT8OID};
 	int			which = (batch ? 2 : 0) + (locking ? 1 : 0);
 	char	   *sql;
 
@@ -253,26 +259,26 @@ insert_plan(PublishTarget *target, bool batch, bool locking)
 		sql = psprintf(locking ? INSERT_BATCH_LOCKING_SQL : INSERT_BATCH_SQL, target->table);
 	else
 		sql = psprintf(locking ? INSERT_ONE_LOCKING_SQL : INSERT_ONE_SQL, target->table);
-	return TidePlan(&target->plans[which], sql, 7, types);
+	return TidePlan(&target->plans[which], sql, 8, types);
 }
 
 /*
  * Step 2 under READ COMMITTED, once the ids first to last are taken: holds
  * the lock of the table they go to (the one outbox_drop waits for) and
  * takes in every change of tide_outbox_config committed before. What the
- * backend knew before the lock (`position`, and `threshold` unless the
+ * backend knew before the lock (`position`, and `span` unless the
  * slow path just `admitted` the publish) still holds when no invalidation
  * arrived since `generation`; otherwise, or when the bound leaves no room,
  * the slow path decides, now under the lock.
  */
 static void
 admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, int64 last,
-				 uint64 generation, bool admitted, int64 position, int64 threshold)
+				 uint64 generation, bool admitted, int64 position, int64 span)
 {
 	LockRelationOid(target->relid, RowExclusiveLock);
 	AcceptInvalidationMessages();
 	if (generation == AdmissionGeneration() && first > position &&
-		(admitted || last - position <= threshold))
+		(admitted || last - position <= span))
 		return;
 	admit_and_remember(name, n);
 }
@@ -285,13 +291,13 @@ admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, 
 static int64
 insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers)
 {
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64	   *ids = palloc(sizeof(int64) * n);
 	bool		locking = IsolationUsesXactSnapshot();
 	uint64		generation = AdmissionGeneration();
 	int64		position = 0;
-	int64		threshold = 0;
+	int64		span = 0;
 	bool		admitted;
 	PublishTarget *target;
 	SPIPlanPtr	plan;
@@ -301,7 +307,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	 * publish takes no id. With one, only an outbox disabled, dropped or
 	 * full since is refused after its ids were taken.
 	 */
-	admitted = !AdmissionRemembered(name, &position, &threshold);
+	admitted = !AdmissionRemembered(name, &position, &span);
 	if (admitted)
 		position = admit_and_remember(name, n);
 
@@ -311,7 +317,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	target = PartitionTargetFor(ids[0], ids[n - 1]);
 	plan = insert_plan(target, batch, locking);
 	if (!locking)
-		admit_under_lock(name, n, target, ids[0], ids[n - 1], generation, admitted, position, threshold);
+		admit_under_lock(name, n, target, ids[0], ids[n - 1], generation, admitted, position, span);
 	else if (!admitted && ids[0] <= position)
 	{
 		/* A sequence set back below the position: read it again. */
@@ -338,6 +344,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 		args[4] = Int64GetDatum(ids[0]);
 	args[5] = Int64GetDatum(position);
 	args[6] = Int64GetDatum(ids[n - 1]);
+	args[7] = Int64GetDatum(span);
 
 	/* READ COMMITTED, admitted above: one message goes in without the executor when it can */
 	if (!batch && !locking &&
@@ -475,9 +482,9 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
 	else
 	{
-		int64		threshold;
+		int64		span;
 
-		outbox_admit(name, 0, &threshold);	/* publishes nothing, but checks the outbox */
+		outbox_admit(name, 0, &span);	/* publishes nothing, but checks the outbox */
 	}
 	publish_end(save_userid, save_sec_context);
 

@@ -2,9 +2,26 @@
 -- Outboxes
 -- ---------------------------------------------------------------------------
 
+-- Refuses an inline_threshold that is not NULL (no limit) or positive.
+CREATE OR REPLACE FUNCTION tide._check_threshold(p_inline_threshold int)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_inline_threshold <= 0 THEN
+		RAISE EXCEPTION 'inline_threshold must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1, or NULL for no limit.';
+	END IF;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._check_threshold(integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._check_threshold(integer) TO tide_admin;
+
 CREATE OR REPLACE FUNCTION tide.outbox_create_if_not_exists(p_name text,
 												 p_retention_hours int DEFAULT 24,
-												 p_inline_threshold int DEFAULT 10000)
+												 p_inline_threshold int DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -29,16 +46,7 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the number of hours consumed messages are kept, from 1 to 87600 (ten years).';
 	END IF;
-	IF p_inline_threshold IS NULL THEN
-		RAISE EXCEPTION 'inline_threshold must not be null'
-			USING ERRCODE = 'null_value_not_allowed',
-				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
-	END IF;
-	IF p_inline_threshold <= 0 THEN
-		RAISE EXCEPTION 'inline_threshold must be positive'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Give the number of unconsumed messages at which publishing is refused, at least 1.';
-	END IF;
+	PERFORM tide._check_threshold(p_inline_threshold);
 	INSERT INTO tide.tide_outbox_config (outbox_name, retention_hours, inline_threshold)
 	VALUES (p_name, p_retention_hours, p_inline_threshold)
 	ON CONFLICT (outbox_name) DO NOTHING;
@@ -54,7 +62,7 @@ GRANT EXECUTE ON FUNCTION tide.outbox_create_if_not_exists(text,integer,integer)
 
 CREATE OR REPLACE FUNCTION tide.outbox_create(p_name text,
 								   p_retention_hours int DEFAULT 24,
-								   p_inline_threshold int DEFAULT 10000)
+								   p_inline_threshold int DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -71,13 +79,37 @@ COMMENT ON FUNCTION tide.outbox_create(text, int, int) IS 'creates a named outbo
 REVOKE ALL ON FUNCTION tide.outbox_create(text,integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_create(text,integer,integer) TO tide_admin;
 
-CREATE OR REPLACE FUNCTION tide.outbox_drop(p_name text, p_if_exists boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION tide.outbox_set_threshold(p_name text, p_inline_threshold int)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
+	PERFORM tide._outbox_config(p_name);
+	PERFORM tide._check_threshold(p_inline_threshold);
+	-- A new limit starts without an announced level: the next publish at
+	-- 80 or 100 % of it announces it.
+	UPDATE tide.tide_outbox_config SET inline_threshold = p_inline_threshold, backpressure_level = 0
+	 WHERE outbox_name = p_name AND inline_threshold IS DISTINCT FROM p_inline_threshold;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_set_threshold(text, int)
+	IS 'sets the most unconsumed messages an outbox with consumer groups may hold (NULL: no limit)';
+REVOKE ALL ON FUNCTION tide.outbox_set_threshold(text,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_set_threshold(text,integer) TO tide_admin;
+
+CREATE OR REPLACE FUNCTION tide.outbox_drop(p_name text, p_if_exists boolean DEFAULT false,
+								 p_cascade boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	readers text[];
+	pipeline text;
+BEGIN
 	PERFORM tide._check_name('outbox', p_name);
 	PERFORM tide._check_flag('p_if_exists', p_if_exists);
+	PERFORM tide._check_flag('p_cascade', p_cascade);
 	-- The messages must be deleted with a snapshot taken after the lock
 	-- below, which a REPEATABLE READ transaction does not take.
 	IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -89,6 +121,22 @@ BEGIN
 	-- this waits for those in flight, and new ones wait until the drop has
 	-- committed, after which they no longer find the outbox.
 	LOCK TABLE tide.tide_outbox_messages IN SHARE ROW EXCLUSIVE MODE;
+	-- A pipeline of a dropped outbox would fail every pass: it goes with
+	-- the outbox when asked, or the drop is refused. Its row lock keeps it
+	-- from being changed meanwhile.
+	SELECT array_agg(c.name ORDER BY c.name) INTO readers
+	  FROM (SELECT c.name FROM tide.relay_outbox_config c
+			 WHERE c.config ->> 'outbox' = p_name ORDER BY c.name FOR UPDATE) c;
+	IF readers IS NOT NULL AND NOT p_cascade THEN
+		RAISE EXCEPTION 'cannot drop outbox "%" because pipelines read it', p_name
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  DETAIL = format('Pipelines %s read outbox "%s".',
+								  (SELECT string_agg(format('"%s"', r), ', ') FROM unnest(readers) r), p_name),
+				  HINT = 'Delete them with tide.relay_delete() first, or pass p_cascade => true to delete them with the outbox.';
+	END IF;
+	FOREACH pipeline IN ARRAY coalesce(readers, '{}') LOOP
+		PERFORM tide.relay_delete(pipeline);
+	END LOOP;
 	-- Its consumer groups go with it (ON DELETE CASCADE), its messages here.
 	DELETE FROM tide.tide_outbox_config WHERE outbox_name = p_name;
 	IF FOUND THEN
@@ -105,10 +153,10 @@ BEGIN
 END
 $$
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION tide.outbox_drop(text, boolean)
-	IS 'drops an outbox with its messages and consumer groups';
-REVOKE ALL ON FUNCTION tide.outbox_drop(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_drop(text,boolean) TO tide_admin;
+COMMENT ON FUNCTION tide.outbox_drop(text, boolean, boolean)
+	IS 'drops an outbox with its messages and consumer groups, and with p_cascade the pipelines that read it';
+REVOKE ALL ON FUNCTION tide.outbox_drop(text,boolean,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_drop(text,boolean,boolean) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide._outbox_set_enabled(p_name text, p_enabled boolean)
 RETURNS void
@@ -181,6 +229,7 @@ BEGIN
 			'enabled', cfg.enabled,
 			'retention_hours', cfg.retention_hours,
 			'inline_threshold', cfg.inline_threshold,
+			'backpressure_percent', cfg.backpressure_level,
 			'pending', (SELECT count(*) FROM tide.tide_outbox_messages m
 						 WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
 			'oldest_pending_age_seconds',

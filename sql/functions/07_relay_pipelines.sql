@@ -171,10 +171,16 @@ CREATE OR REPLACE FUNCTION tide._relay_set_enabled(p_name text, p_enabled boolea
 RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+	p tide.relay_outbox_config;
 BEGIN
-	PERFORM tide._relay_pipeline(p_name);
+	p := tide._relay_pipeline(p_name);
 	UPDATE tide.relay_outbox_config SET enabled = p_enabled
 	 WHERE name = p_name AND enabled IS DISTINCT FROM p_enabled;
+	IF NOT p_enabled THEN
+		PERFORM tide._outbox_paused_group_notice(p.config ->> 'outbox', p.config ->> 'consumer_group',
+												 p_name, 'disabled');
+	END IF;
 END
 $$
 SET search_path = pg_catalog, pg_temp;
@@ -204,13 +210,14 @@ COMMENT ON FUNCTION tide.relay_disable(text)
 REVOKE ALL ON FUNCTION tide.relay_disable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_disable(text) TO tide_admin;
 
-CREATE OR REPLACE FUNCTION tide.relay_delete(p_name text)
+CREATE OR REPLACE FUNCTION tide.relay_delete(p_name text, p_keep_group boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
 	p tide.relay_outbox_config;
 BEGIN
+	PERFORM tide._check_flag('p_keep_group', p_keep_group);
 	p := tide._relay_pipeline(p_name);
 	DELETE FROM tide.relay_outbox_config WHERE name = p_name;
 	DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
@@ -221,19 +228,25 @@ BEGIN
 		RAISE NOTICE 'the dead letters of pipeline "%" are kept', p_name
 			USING HINT = 'tide.relay_dlq_list() shows them; tide.relay_dlq_purge() removes them.';
 	END IF;
-	-- The group is the pipeline's position: kept, so that a pipeline set
-	-- again with it resumes; but it holds back the outbox's pending count.
-	IF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p.config ->> 'consumer_group') THEN
+	-- The group is the pipeline's position, and it holds back the outbox:
+	-- left behind, it would count every message published after as
+	-- unconsumed. It is kept only when asked, so that a pipeline set again
+	-- with it resumes.
+	IF NOT p_keep_group THEN
+		DELETE FROM tide.tide_consumer_groups WHERE group_name = p.config ->> 'consumer_group';
+	ELSIF EXISTS (SELECT 1 FROM tide.tide_consumer_groups WHERE group_name = p.config ->> 'consumer_group') THEN
 		RAISE NOTICE 'consumer group "%" of pipeline "%" is kept', p.config ->> 'consumer_group', p_name
 			USING HINT = 'Drop it with tide.drop_consumer_group() unless a pipeline or consumer will read through it again: its unread messages count as pending.';
+		PERFORM tide._outbox_paused_group_notice(p.config ->> 'outbox', p.config ->> 'consumer_group',
+												 p_name, 'deleted');
 	END IF;
 END
 $$
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION tide.relay_delete(text)
-	IS 'deletes a forward pipeline and its retry queue; its consumer group and dead letters are kept';
-REVOKE ALL ON FUNCTION tide.relay_delete(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.relay_delete(text) TO tide_admin;
+COMMENT ON FUNCTION tide.relay_delete(text, boolean)
+	IS 'deletes a forward pipeline, its retry queue and, unless p_keep_group, its consumer group; its dead letters are kept';
+REVOKE ALL ON FUNCTION tide.relay_delete(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.relay_delete(text,boolean) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.relay_get_config(p_name text)
 RETURNS jsonb

@@ -21,13 +21,15 @@ BEGIN
 		RETURN;
 	END IF;
 	IF NOT EXISTS (SELECT FROM tide.tide_outbox_config WHERE outbox_name = target AND enabled) THEN
-		RAISE WARNING 'operator event % of pipeline "%" not published: outbox "%" does not exist or is disabled',
-			p_type, p_pipeline, target
+		RAISE WARNING 'operator event % of % not published: outbox "%" does not exist or is disabled',
+			p_type, coalesce(format('pipeline "%s"', p_pipeline), format('outbox "%s"', p_detail ->> 'outbox')),
+			target
 			USING HINT = 'Create the outbox that pg_tide.operator_events_outbox names, or set the setting to an empty string.';
 		RETURN;
 	END IF;
 	PERFORM tide.outbox_publish(target,
-		jsonb_build_object('event', p_type, 'pipeline', p_pipeline, 'at', now()) || coalesce(p_detail, '{}'),
+		jsonb_strip_nulls(jsonb_build_object('event', p_type, 'pipeline', p_pipeline, 'at', now()))
+			|| coalesce(p_detail, '{}'),
 		jsonb_build_object('type', 'pg_tide.' || p_type));
 END
 $$

@@ -6,11 +6,16 @@
 CREATE TABLE tide.tide_outbox_config (
 	outbox_name			text PRIMARY KEY,
 	retention_hours		int NOT NULL DEFAULT 24,
-	inline_threshold	int NOT NULL DEFAULT 10000,
+	-- NULL: no limit; publishing is refused only above a limit the user set
+	inline_threshold	int,
 	enabled				boolean NOT NULL DEFAULT true,
 	created_at			timestamptz NOT NULL DEFAULT now(),
+	-- The last outbox.backpressure level announced (0, 80 or 100 % of
+	-- inline_threshold), so that each crossing is announced once.
+	backpressure_level	smallint NOT NULL DEFAULT 0,
 	CONSTRAINT tide_outbox_config_retention_check CHECK (retention_hours > 0),
-	CONSTRAINT tide_outbox_config_threshold_check CHECK (inline_threshold > 0)
+	CONSTRAINT tide_outbox_config_threshold_check CHECK (inline_threshold > 0),
+	CONSTRAINT tide_outbox_config_backpressure_check CHECK (backpressure_level IN (0, 80, 100))
 );
 
 COMMENT ON TABLE tide.tide_outbox_config IS 'One row per named outbox';

@@ -104,3 +104,18 @@ UPDATE tide.relay_outbox_config
    SET owner = (SELECT r.rolname FROM pg_catalog.pg_extension e
 				  JOIN pg_catalog.pg_roles r ON r.oid = e.extowner
 				 WHERE e.extname = 'pg_tide');
+
+-- Backpressure only where the user set a limit: a new outbox has no
+-- inline_threshold unless one is given. An existing outbox keeps the one it
+-- has (only the default changes), and its last announced
+-- outbox.backpressure level starts at 0.
+ALTER TABLE tide.tide_outbox_config
+	ALTER COLUMN inline_threshold DROP NOT NULL,
+	ALTER COLUMN inline_threshold DROP DEFAULT,
+	ADD COLUMN backpressure_level smallint NOT NULL DEFAULT 0,
+	ADD CONSTRAINT tide_outbox_config_backpressure_check CHECK (backpressure_level IN (0, 80, 100));
+
+-- tide.outbox_drop gains p_cascade and tide.relay_delete p_keep_group:
+-- new signatures, so the functions are re-created.
+DROP FUNCTION tide.outbox_drop(text, boolean);
+DROP FUNCTION tide.relay_delete(text);

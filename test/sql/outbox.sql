@@ -97,15 +97,16 @@ SELECT count(*) >= 0 AS read_only FROM tide.tide_outbox_messages;
 PREPARE TRANSACTION 'tide_regress_plain';
 COMMIT PREPARED 'tide_regress_plain';
 
--- backpressure: never more unconsumed messages than inline_threshold
+-- backpressure: an outbox with an inline_threshold and a consumer group
+-- never holds more unconsumed messages than its threshold
 SELECT tide.outbox_create('small', 24, 3);
+SELECT tide.create_consumer_group('small_readers', 'small');
 SELECT tide.outbox_publish_batch('small', ARRAY['{"i": 1}', '{"i": 2}']::jsonb[]);
 SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('small', ARRAY['{}', '{}']::jsonb[])$$);
 SELECT tide.outbox_publish('small', '{"i": 3}') > 0 AS third;
 SELECT pg_temp.try($$SELECT tide.outbox_publish('small', '{"i": 4}')$$);
 SELECT count(*) AS small_messages FROM tide.tide_outbox_messages WHERE outbox_name = 'small';
--- a consumer group that reads and commits makes room again
-SELECT tide.create_consumer_group('small_readers', 'small');
+-- the group reads and commits: room again
 SELECT count(*) AS polled FROM tide.poll_outbox('small_readers', 'c1', 2);
 SELECT pg_temp.try($$SELECT tide.outbox_publish('small', '{"i": 4}')$$);
 SELECT tide.commit_offset('small_readers', 'c1', (SELECT max(id) FROM tide.poll_outbox('small_readers', 'c1', 2)));

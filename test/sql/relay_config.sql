@@ -243,10 +243,10 @@ SELECT count(*) AS group_g FROM tide.tide_consumer_groups WHERE group_name = 'g'
 SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rc_one', 'rc_payments', 'rc_one_group', '{"sink_type": "webhook", "url": "http://a.example"}')$$);
 SELECT config ->> 'url' AS url FROM tide.relay_outbox_config WHERE name = 'rc_one';
 
--- delete: the pipeline and its offsets go, the consumer group is kept
+-- delete: the pipeline and its offsets go, the consumer group is kept when asked
 INSERT INTO tide.relay_consumer_offsets (relay_group_id, pipeline_id, outbox_name, last_change_id)
 VALUES ('rc_one_group', 'rc_one', 'rc_payments', 5);
-SELECT tide.relay_delete('rc_one');
+SELECT tide.relay_delete('rc_one', p_keep_group => true);
 SELECT count(*) AS offsets FROM tide.relay_consumer_offsets WHERE pipeline_id = 'rc_one';
 SELECT count(*) AS group_kept FROM tide.tide_consumer_groups WHERE group_name = 'rc_one_group';
 SELECT pg_temp.try($$SELECT tide.relay_delete('rc_one')$$);
@@ -315,7 +315,6 @@ REVOKE tide_admin FROM regress_tide_file_user;
 REVOKE ALL ON SCHEMA tide FROM regress_tide_file_user;
 DROP ROLE regress_tide_file_user;
 SELECT tide.relay_delete('rc_file');
-SELECT tide.drop_consumer_group('rc_file_group');
 
 -- tide._relay_normalize_config, the validator relay_set_outbox and the
 -- trigger call: the config with its defaults filled in, or the error

@@ -161,7 +161,6 @@ RESET ROLE;
 
 SELECT tide.relay_delete('lim_nats');
 SELECT tide.relay_delete('lim_hook');
-SELECT tide.drop_consumer_group('lim_group');
 SELECT tide.drop_consumer_group('lim_hook_group', true);
 SELECT tide.outbox_drop('lim_orders');
 REVOKE tide_admin FROM regress_lim_admin;

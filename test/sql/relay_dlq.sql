@@ -104,6 +104,4 @@ SELECT message_id FROM tide.relay_dlq WHERE pipeline_id = 'dl_hook';
 
 SELECT tide.relay_delete('dl_strict');
 SELECT tide.relay_dlq_purge(interval '0');
-SELECT tide.drop_consumer_group('dl_group');
-SELECT tide.drop_consumer_group('dl_strict_group');
 SELECT tide.outbox_drop('dl_orders');

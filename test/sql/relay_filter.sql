@@ -224,6 +224,4 @@ SELECT count(*) AS bad_rows FROM tide.relay_outbox_config WHERE name = 'rf_bad';
 
 SELECT tide.relay_delete('rf_hook');
 SELECT tide.relay_delete('rf_file');
-SELECT tide.drop_consumer_group('rf_hook_group');
-SELECT tide.drop_consumer_group('rf_file_group');
 SELECT tide.outbox_drop('rf_orders');

@@ -101,7 +101,6 @@ SELECT held_since IS NOT NULL AS held_before, held_until, held_reason, turn_erro
 
 SELECT tide.relay_delete('op_hook');
 SELECT count(*) AS health_rows FROM tide.relay_pipeline_health;
-SELECT tide.drop_consumer_group('op_group');
 SELECT tide.outbox_drop('op_orders');
 SELECT tide.outbox_drop('op_events');
 
@@ -136,5 +135,4 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('op_bad', 'op_more', 'op_bad_g
 	'{"sink_type": "file", "path": "/tmp/x", "breaker": {"open_after": 5}}')$$);
 SELECT count(*) AS bad_pipelines FROM tide.relay_outbox_config WHERE name = 'op_bad';
 SELECT tide.relay_delete('op_paced');
-SELECT tide.drop_consumer_group('op_paced_group');
 SELECT tide.outbox_drop('op_more');

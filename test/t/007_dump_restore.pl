@@ -37,7 +37,7 @@ $node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->co
 	'restore');
 
 my $query = q{
-	SELECT (SELECT string_agg(outbox_name || ':' || retention_hours || ':' || inline_threshold, ',') FROM tide.tide_outbox_config),
+	SELECT (SELECT string_agg(outbox_name || ':' || retention_hours || ':' || coalesce(inline_threshold::text, 'none'), ',' ORDER BY outbox_name) FROM tide.tide_outbox_config),
 		   (SELECT string_agg(id || '=' || (payload->>'n'), ',' ORDER BY id) FROM tide.tide_outbox_messages),
 		   (SELECT string_agg(group_name || ':' || committed_offset || ':' || pending, ',') FROM tide.consumer_lag),
 		   (SELECT string_agg(consumer_id || ':' || lease_start || '-' || lease_end, ',') FROM tide.tide_consumer_leases)

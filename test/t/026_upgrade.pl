@@ -40,7 +40,7 @@ sub populate
 	sql($db, q{
 		CREATE SCHEMA app;
 		SELECT tide.outbox_create('orders');
-		SELECT tide.outbox_create('events');
+		SELECT tide.outbox_create('events', 24, 500);
 		SELECT tide.outbox_grant_publish('orders', 'upgrade_app');
 		SELECT tide.outbox_grant_consume('orders', 'upgrade_app');
 		SELECT tide.outbox_publish('orders', jsonb_build_object('n', g), '{"type": "order.paid"}')
@@ -180,6 +180,18 @@ for my $t (sort keys %$before)
 is(sql('upgraded', q{SELECT string_agg(concat_ws(' ', pipeline_id, held_since, held_until, held_reason,
 		turn_error, turn_error_since, turn_errors), ',') FROM tide.relay_pipeline_health}),
 	'to_file 0', 'relay_pipeline_health: the new columns of an old row say no hold and no error');
+# Every outbox keeps its inline_threshold, the 0.1.0 default (10000)
+# included; only a new outbox has none unless given one.
+is(sql('upgraded', q{SELECT string_agg(outbox_name || ' ' || coalesce(inline_threshold::text, 'none') || ' ' || backpressure_level, ','
+		ORDER BY outbox_name) FROM tide.tide_outbox_config}),
+	'events 500 0,orders 10000 0', 'tide_outbox_config: every outbox keeps its inline_threshold');
+is(sql('fresh', q{SELECT string_agg(outbox_name || ' ' || coalesce(inline_threshold::text, 'none'), ','
+		ORDER BY outbox_name) FROM tide.tide_outbox_config}),
+	'events 500,orders none', 'a fresh install: no inline_threshold unless one is given');
+sql('upgraded', "SELECT tide.outbox_create('after_update')");
+is(sql('upgraded', "SELECT coalesce(inline_threshold::text, 'none') FROM tide.tide_outbox_config WHERE outbox_name = 'after_update'"),
+	'none', 'an outbox created after the update has no inline_threshold either');
+sql('upgraded', "SELECT tide.outbox_drop('after_update')");
 # An old pipeline's owner is the extension's owner, whose rights it keeps.
 is(sql('upgraded', q{SELECT string_agg(c.name || ' ' || (c.owner = r.rolname), ',' ORDER BY c.name)
 		FROM tide.relay_outbox_config c, pg_extension e JOIN pg_roles r ON r.oid = e.extowner
