@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # Installs the built packages in a clean Debian chroot that has only
 # postgresql-N (apt resolves what they depend on): the core package
-# postgresql-N-pg-tide and, when given, the redis sink's
-# postgresql-N-pg-tide-redis. Then, as postgres, it preloads pg_tide, starts
-# a cluster, creates the extension, an outbox and a consumer group,
-# publishes a message and polls it, delivers one through a file pipeline,
-# and checks that a kafka pipeline (its package not installed) is refused
-# naming what to install. With the redis package it also installs Debian's
-# redis-server (after the packages, so that their own dependencies must
-# bring the client library), starts it on 127.0.0.1 and delivers a message
-# through a redis pipeline, read back with redis-cli. Fails unless each
-# message read is the one published. Run as root:
-#   test/package-test.sh <postgresql-N-pg-tide_*.deb> [<postgresql-N-pg-tide-redis_*.deb>]
+# postgresql-N-pg-tide, which must hold no broker module, and the redis
+# sink's postgresql-N-pg-tide-redis, whose own dependencies must bring its
+# client library (checked before Debian's redis-server is installed). Then,
+# as postgres, it preloads pg_tide, starts a cluster, creates the extension,
+# an outbox and a consumer group, publishes a message and polls it, checks
+# that a kafka pipeline (its package not installed) is refused naming what
+# to install, starts redis-server on 127.0.0.1 and delivers a message
+# through a file pipeline and through a redis pipeline, read back with
+# redis-cli. Fails unless each message read is the one published. As root:
+#   test/package-test.sh <postgresql-N-pg-tide_*.deb> <postgresql-N-pg-tide-redis_*.deb>
 #   test/package-test.sh --prepare <N>    only make the clean chroot
 # The clean chroot ($TIDE_CHROOT_BASE/<suite>-pg<N>-clean) is made once and
 # copied for each run, so every run starts clean.
@@ -33,8 +32,8 @@ if [ "${1:-}" = --prepare ]; then
 	exit 0
 fi
 
-usage="usage: $0 <postgresql-N-pg-tide_*.deb> [<postgresql-N-pg-tide-redis_*.deb>]"
-if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+usage="usage: $0 <postgresql-N-pg-tide_*.deb> <postgresql-N-pg-tide-redis_*.deb>"
+if [ $# -ne 2 ]; then
 	echo "$usage" >&2
 	exit 2
 fi
@@ -52,17 +51,17 @@ for d in "$@"; do
 		;;
 	esac
 done
-[ -n "$deb" ] || {
+if [ -z "$deb" ] || [ -z "$redis_deb" ]; then
 	echo "$usage" >&2
 	exit 2
-}
+fi
 name=$(dpkg-deb -f "$deb" Package)
 major=$(sed -n 's/^postgresql-\([0-9]\+\)-pg-tide$/\1/p' <<<"$name")
 [ -n "$major" ] || {
 	echo "$deb is not a postgresql-N-pg-tide package ($name)" >&2
 	exit 1
 }
-if [ -n "$redis_deb" ] && [ "$(dpkg-deb -f "$redis_deb" Package)" != "postgresql-$major-pg-tide-redis" ]; then
+if [ "$(dpkg-deb -f "$redis_deb" Package)" != "postgresql-$major-pg-tide-redis" ]; then
 	echo "$redis_deb is not postgresql-$major-pg-tide-redis" >&2
 	exit 1
 fi
@@ -99,7 +98,7 @@ check_files() {
 check_files "$deb" '/pg_tide_[a-z]+\.so$' "$lib/pg_tide.so" \
 	"usr/share/postgresql/$major/extension/pg_tide.control" \
 	"usr/share/postgresql/$major/extension/pg_tide--$want_version.sql"
-[ -z "$redis_deb" ] || check_files "$redis_deb" '' "$lib/pg_tide_redis.so"
+check_files "$redis_deb" '' "$lib/pg_tide_redis.so"
 
 make_clean_chroot "$major"
 if chroot_has_mounts "$dir"; then
@@ -109,7 +108,7 @@ fi
 rm -rf "$dir"
 cp -a "$clean" "$dir"
 debs=()
-for d in "$deb" $redis_deb; do
+for d in "$deb" "$redis_deb"; do
 	install -m 644 "$d" "$dir/tmp/$(basename "$d")"
 	debs+=("./$(basename "$d")")
 done
@@ -117,32 +116,29 @@ chroot_mount "$dir"
 
 echo "== apt-get install ${debs[*]} in a clean $suite with postgresql-$major"
 chroot_run "$dir" sh -c "cd /tmp && apt-get install -y -q --no-install-recommends ${debs[*]}"
-if [ -n "$redis_deb" ]; then
-	# Before redis-server is there: the package's own dependencies must have
-	# brought everything its module needs.
-	echo "== the libraries of /$lib/pg_tide_redis.so"
-	chroot_run "$dir" ldd "/$lib/pg_tide_redis.so" | tee /tmp/pg_tide_pkg_ldd.$$
-	if grep -q 'not found' /tmp/pg_tide_pkg_ldd.$$; then
-		rm -f /tmp/pg_tide_pkg_ldd.$$
-		echo "FAILED: postgresql-$major-pg-tide-redis does not bring a library its module needs" >&2
-		exit 1
-	fi
+# Before redis-server is there: the package's own dependencies must have
+# brought everything its module needs.
+echo "== the libraries of /$lib/pg_tide_redis.so"
+chroot_run "$dir" ldd "/$lib/pg_tide_redis.so" | tee /tmp/pg_tide_pkg_ldd.$$
+if grep -q 'not found' /tmp/pg_tide_pkg_ldd.$$; then
 	rm -f /tmp/pg_tide_pkg_ldd.$$
-	echo "== apt-get install redis-server (Debian's, for the redis pipeline)"
-	chroot_run "$dir" apt-get install -y -q --no-install-recommends redis-server
+	echo "FAILED: postgresql-$major-pg-tide-redis does not bring a library its module needs" >&2
+	exit 1
 fi
+rm -f /tmp/pg_tide_pkg_ldd.$$
+echo "== apt-get install redis-server (Debian's, for the redis pipeline)"
+chroot_run "$dir" apt-get install -y -q --no-install-recommends redis-server
 
 # Runs as postgres inside the chroot: $1 the PostgreSQL major version,
 # $2 the extension version to expect, $3 a word no earlier run's messages
-# hold, $4 "redis" to deliver through a redis pipeline. The cluster listens
-# on its socket only, redis on 127.0.0.1: the chroot shares the host's network.
+# hold. The cluster listens on its socket only, redis on 127.0.0.1: the
+# chroot shares the host's network.
 cat >"$dir/tmp/pg_tide_check.sh" <<'CHECK'
 #!/bin/bash
 set -euo pipefail
 bin=/usr/lib/postgresql/$1/bin
 want_version=$2
 run=$3
-with_redis=${4:-}
 payload="{\"order\": 42, \"check\": \"package-test $run\"}"
 d=$(mktemp -d /tmp/pg_tide_pkg.XXXXXX)
 redis_port=
@@ -217,30 +213,28 @@ grep -q 'sink type "kafka" is not available on this server' <<<"$out" && grep -q
 	exit 1
 }
 
-# Delivery by the relay: a file pipeline and, with the redis package, a
-# redis pipeline; then one message for both.
+# Delivery by the relay: a file pipeline and a redis pipeline, then one
+# message for both.
 sql "SELECT tide.relay_set_outbox('to_file', 'orders', 'to_file',
 	jsonb_build_object('sink_type', 'file', 'path', :'dir' || '/orders.jsonl'))" >/dev/null
-if [ "$with_redis" = redis ]; then
-	# A free port picked by the kernel, tried again if another process
-	# takes it before redis does.
-	for attempt in 1 2 3 4 5; do
-		redis_port=$(perl -MIO::Socket::INET -e 'print IO::Socket::INET->new(Listen => 1, LocalAddr => "127.0.0.1", LocalPort => 0)->sockport')
-		redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$d" --save '' --appendonly no \
-			--daemonize yes --logfile "$d/redis.log" --pidfile "$d/redis.pid"
-		wait_for redis-cli -p "$redis_port" ping >/dev/null && break
-		redis_port=
-	done
-	[ -n "$redis_port" ] || {
-		cat "$d/redis.log" >&2
-		echo "FAILED: redis-server did not start" >&2
-		exit 1
-	}
-	echo "redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port"
-	sql "SELECT tide.relay_set_outbox('to_redis', 'orders', 'to_redis',
-		jsonb_build_object('sink_type', 'redis', 'url', 'redis://127.0.0.1:' || :'port' || '/0',
-			'stream', 'orders'))" "port=$redis_port" >/dev/null
-fi
+# A free port picked by the kernel, tried again if another process
+# takes it before redis does.
+for attempt in 1 2 3 4 5; do
+	redis_port=$(perl -MIO::Socket::INET -e 'print IO::Socket::INET->new(Listen => 1, LocalAddr => "127.0.0.1", LocalPort => 0)->sockport')
+	redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$d" --save '' --appendonly no \
+		--daemonize yes --logfile "$d/redis.log" --pidfile "$d/redis.pid"
+	wait_for redis-cli -p "$redis_port" ping >/dev/null && break
+	redis_port=
+done
+[ -n "$redis_port" ] || {
+	cat "$d/redis.log" >&2
+	echo "FAILED: redis-server did not start" >&2
+	exit 1
+}
+echo "redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port"
+sql "SELECT tide.relay_set_outbox('to_redis', 'orders', 'to_redis',
+	jsonb_build_object('sink_type', 'redis', 'url', 'redis://127.0.0.1:' || :'port' || '/0',
+		'stream', 'orders'))" "port=$redis_port" >/dev/null
 payload="{\"order\": 43, \"check\": \"package-test relay $run\"}"
 sql "SELECT tide.outbox_publish('orders', :'payload')" >/dev/null
 echo "published: $payload"
@@ -255,29 +249,27 @@ same_json "$(sql "SELECT :'line'::jsonb -> 'payload'" "line=$line")" "$payload" 
 	echo "FAILED: the file pipeline wrote another payload" >&2
 	exit 1
 }
-if [ "$with_redis" = redis ]; then
-	# The field after "payload" in each entry (docs/sinks/redis.md), of the
-	# message published last.
-	read_redis() {
-		redis-cli -p "$redis_port" --raw XRANGE orders - + |
-			awk 'prev == "payload" { print } { prev = $0 }' | grep -F "relay $run"
-	}
-	entry=$(wait_for read_redis) || {
-		sql "SELECT * FROM tide.relay_pipeline_status" >&2 || true
-		echo "FAILED: the redis pipeline added nothing to stream orders in 60 s" >&2
-		exit 1
-	}
-	echo "redis-cli XRANGE orders: payload $entry"
-	same_json "$entry" "$payload" || {
-		echo "FAILED: the redis stream holds another payload" >&2
-		exit 1
-	}
-fi
+# The field after "payload" in each entry (docs/sinks/redis.md), of the
+# message published last.
+read_redis() {
+	redis-cli -p "$redis_port" --raw XRANGE orders - + |
+		awk 'prev == "payload" { print } { prev = $0 }' | grep -F "relay $run"
+}
+entry=$(wait_for read_redis) || {
+	sql "SELECT * FROM tide.relay_pipeline_status" >&2 || true
+	echo "FAILED: the redis pipeline added nothing to stream orders in 60 s" >&2
+	exit 1
+}
+echo "redis-cli XRANGE orders: payload $entry"
+same_json "$entry" "$payload" || {
+	echo "FAILED: the redis stream holds another payload" >&2
+	exit 1
+}
 CHECK
 chmod 755 "$dir/tmp/pg_tide_check.sh"
 echo "== a cluster with pg_tide preloaded: publish and poll, deliver through the relay"
 chroot_run "$dir" runuser -u postgres -- /tmp/pg_tide_check.sh "$major" "$want_version" \
-	"$$-$(date +%s%N)" "${redis_deb:+redis}"
+	"$$-$(date +%s%N)"
 chroot_umount "$dir"
 rm -rf "$dir"
-echo "== package test passed: $name${redis_deb:+ and postgresql-$major-pg-tide-redis} $(dpkg-deb -f "$deb" Version) on $suite"
+echo "== package test passed: $name and postgresql-$major-pg-tide-redis $(dpkg-deb -f "$deb" Version) on $suite"
