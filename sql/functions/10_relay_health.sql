@@ -7,7 +7,9 @@
 -- alerts.auto_disable is set. A recorded batch also ends the worker's hold
 -- of the pipeline (relay/pipeline_state.c). Events go to the outbox that
 -- pg_tide.operator_events_outbox names (none when empty), with the header
--- "type" so that a pipeline can route them, for example to a pager.
+-- "type" so that a pipeline can route them, for example to a pager. It
+-- also counts the batch's deliveries, failed attempts by class, retries
+-- and dead letters (relay_pipeline_health's counters).
 -- ---------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION tide._relay_operator_event(p_type text, p_pipeline text, p_detail jsonb)
@@ -35,10 +37,28 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_operator_event(text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_operator_event(text,text,jsonb) TO tide_admin;
 
+-- The failed attempts by error class: p_counts (class -> count) plus one
+-- for each element of p_classes.
+CREATE OR REPLACE FUNCTION tide._relay_count_classes(p_counts jsonb, p_classes text[])
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+	SELECT coalesce(jsonb_object_agg(k, n), '{}')
+	  FROM (SELECT k, sum(n) AS n
+			  FROM (SELECT e.key AS k, e.value::bigint AS n FROM jsonb_each_text(p_counts) e
+					UNION ALL
+					SELECT c, 1 FROM unnest(p_classes) c) x
+			 GROUP BY k) y
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._relay_count_classes(jsonb,text[]) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_count_classes(jsonb,text[]) TO tide_admin;
+
 CREATE OR REPLACE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures int, p_successes int,
 										p_status int, p_error_class text, p_error text,
 										p_exhausted bigint[], p_breaker text DEFAULT NULL,
-										p_filtered int DEFAULT 0)
+										p_filtered int DEFAULT 0, p_failed_classes text[] DEFAULT NULL,
+										p_retried int DEFAULT 0, p_dead_lettered int DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -52,10 +72,15 @@ DECLARE
 BEGIN
 	INSERT INTO tide.relay_pipeline_health AS h
 		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
-		 last_error_class, last_error, breaker, filtered, updated_at)
+		 last_error_class, last_error, breaker, filtered, updated_at,
+		 delivered, failed, failed_by_class, retried, dead_lettered,
+		 rate_minute, delivered_in_minute)
 	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
 			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
-			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now())
+			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now(),
+			p_successes, p_failures, tide._relay_count_classes('{}', p_failed_classes),
+			coalesce(p_retried, 0), coalesce(p_dead_lettered, 0),
+			date_trunc('minute', now()), p_successes)
 	ON CONFLICT (pipeline_id) DO UPDATE
 	   SET consecutive_failures = CASE WHEN p_successes > 0 THEN 0
 									   ELSE h.consecutive_failures + p_failures END,
@@ -70,7 +95,21 @@ BEGIN
 		   -- a hold this batch starts is recorded after it).
 		   held_until = NULL,
 		   held_reason = NULL,
-		   updated_at = now()
+		   updated_at = now(),
+		   delivered = h.delivered + EXCLUDED.delivered,
+		   failed = h.failed + EXCLUDED.failed,
+		   failed_by_class = CASE WHEN p_failed_classes IS NULL THEN h.failed_by_class
+								  ELSE tide._relay_count_classes(h.failed_by_class, p_failed_classes) END,
+		   retried = h.retried + EXCLUDED.retried,
+		   dead_lettered = h.dead_lettered + EXCLUDED.dead_lettered,
+		   -- the deliveries of this minute and of the one before it
+		   rate_minute = EXCLUDED.rate_minute,
+		   delivered_minute_before = CASE h.rate_minute
+										 WHEN EXCLUDED.rate_minute THEN h.delivered_minute_before
+										 WHEN EXCLUDED.rate_minute - interval '1 minute' THEN h.delivered_in_minute
+										 ELSE 0 END,
+		   delivered_in_minute = CASE WHEN h.rate_minute = EXCLUDED.rate_minute
+									  THEN h.delivered_in_minute ELSE 0 END + EXCLUDED.delivered_in_minute
 	RETURNING consecutive_failures INTO now_failing;
 
 	SELECT config INTO cfg FROM tide.relay_outbox_config WHERE name = p_pipeline;
@@ -101,5 +140,5 @@ BEGIN
 END
 $$
 SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer) TO tide_admin;
+REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) TO tide_admin;
