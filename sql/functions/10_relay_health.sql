@@ -37,23 +37,6 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_operator_event(text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_operator_event(text,text,jsonb) TO tide_admin;
 
--- The failed attempts by error class: p_counts (class -> count) plus one
--- for each element of p_classes.
-CREATE OR REPLACE FUNCTION tide._relay_count_classes(p_counts jsonb, p_classes text[])
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$
-	SELECT coalesce(jsonb_object_agg(k, n), '{}')
-	  FROM (SELECT k, sum(n) AS n
-			  FROM (SELECT e.key AS k, e.value::bigint AS n FROM jsonb_each_text(p_counts) e
-					UNION ALL
-					SELECT c, 1 FROM unnest(p_classes) c) x
-			 GROUP BY k) y
-$$
-SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_count_classes(jsonb,text[]) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_count_classes(jsonb,text[]) TO tide_admin;
-
 CREATE OR REPLACE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures int, p_successes int,
 										p_status int, p_error_class text, p_error text,
 										p_exhausted bigint[], p_breaker text DEFAULT NULL,
@@ -69,7 +52,12 @@ DECLARE
 	now_failing int;
 	pct int;
 	id bigint;
+	batch_classes jsonb;
 BEGIN
+	IF p_failed_classes IS NOT NULL THEN
+		SELECT jsonb_object_agg(c, n) INTO batch_classes
+		  FROM (SELECT c, count(*) AS n FROM unnest(p_failed_classes) c GROUP BY c) x;
+	END IF;
 	INSERT INTO tide.relay_pipeline_health AS h
 		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
 		 last_error_class, last_error, breaker, filtered, updated_at,
@@ -78,7 +66,8 @@ BEGIN
 	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
 			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
 			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now(),
-			p_successes, p_failures, tide._relay_count_classes('{}', p_failed_classes),
+			p_successes, p_failures,
+			coalesce(batch_classes, '{}'),
 			coalesce(p_retried, 0), coalesce(p_dead_lettered, 0),
 			date_trunc('minute', now()), p_successes)
 	ON CONFLICT (pipeline_id) DO UPDATE
@@ -98,8 +87,11 @@ BEGIN
 		   updated_at = now(),
 		   delivered = h.delivered + EXCLUDED.delivered,
 		   failed = h.failed + EXCLUDED.failed,
-		   failed_by_class = CASE WHEN p_failed_classes IS NULL THEN h.failed_by_class
-								  ELSE tide._relay_count_classes(h.failed_by_class, p_failed_classes) END,
+		   failed_by_class = CASE WHEN batch_classes IS NULL THEN h.failed_by_class
+								  ELSE h.failed_by_class
+									   || (SELECT jsonb_object_agg(b.k, coalesce((h.failed_by_class ->> b.k)::bigint, 0)
+																		+ b.n::bigint)
+											 FROM jsonb_each_text(batch_classes) b (k, n)) END,
 		   retried = h.retried + EXCLUDED.retried,
 		   dead_lettered = h.dead_lettered + EXCLUDED.dead_lettered,
 		   -- the deliveries of this minute and of the one before it
@@ -142,3 +134,26 @@ $$
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) TO tide_admin;
+
+-- Starts a pipeline's counters again from 0 (relay_pipeline_status's
+-- delivered, failed, failed_by_class, retried, dead_lettered and
+-- delivered_last_minute), counted_since now. The worker's next record adds
+-- to the reset row: the row lock orders the two.
+CREATE OR REPLACE FUNCTION tide.relay_reset_counters(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._relay_pipeline(p_name);
+	UPDATE tide.relay_pipeline_health
+	   SET delivered = 0, failed = 0, failed_by_class = '{}', retried = 0, dead_lettered = 0,
+		   counted_since = now(), rate_minute = NULL, delivered_in_minute = 0,
+		   delivered_minute_before = 0
+	 WHERE pipeline_id = p_name;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.relay_reset_counters(text)
+	IS 'starts a pipeline''s delivery counters again from 0';
+REVOKE ALL ON FUNCTION tide.relay_reset_counters(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.relay_reset_counters(text) TO tide_admin;
