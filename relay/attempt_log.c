@@ -8,7 +8,9 @@
  * The same transaction updates the pipeline's health through
  * tide._relay_after_batch (failures in a row, operator events at 50, 70, 90
  * and 100 % of alerts.failure_threshold and when retries run out,
- * auto-disable).
+ * auto-disable) and its counters (deliveries, failed attempts by class,
+ * retries, dead letters), which do not depend on the attempt log: they
+ * are exact and commit with the offsets, so a crash loses none of them.
  *
  * The rows of a batch are written with one INSERT ... SELECT FROM unnest()
  * inside the transaction that records the batch (lease.c), so the log
@@ -152,28 +154,36 @@ RelayLogAttempts(const RelayPipeline *p, const RelaySettlement *s, TimestampTz s
 }
 
 /*
- * Records the batch's effect on the pipeline's health: successes reset the
- * failures in a row, a batch without one adds its failed attempts; see
- * tide._relay_after_batch. The caller's transaction and SPI are used.
+ * Records the batch's effect on the pipeline's health and counters:
+ * successes reset the failures in a row, a batch without one adds its
+ * failed attempts; the deliveries, failed attempts by class, failures
+ * queued again and dead letters are counted whatever "attempt_log" says.
+ * See tide._relay_after_batch. The caller's transaction and SPI are used.
  */
 void
 RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[9] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID,
-	TEXTOID, INT4OID};
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', 'n', ' '};
+	Oid			argtypes[12] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID,
+	TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, INT4OID};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', 'n', ' ', 'n', ' ', ' '};
 	Datum	   *exhausted = palloc(sizeof(Datum) * Max(s->n, 1));
+	Datum	   *classes = palloc(sizeof(Datum) * Max(s->n, 1));
 	int			nexhausted = 0;
 	int			failures = 0;
 	int			successes = 0;
+	int			retried = 0;
+	int			dead = 0;
 	int			i;
 
 	for (i = 0; i < s->n; i++)
 	{
 		const RelayMessageOutcome *o = &s->each[i];
 
+		/* a dead letter counts even without an attempt (record_each.c's bare one) */
+		if (s->disp[i] == RELAY_DEAD)
+			dead++;
 		if (s->attempt_no[i] <= 0)
 			continue;
 		if (o->outcome == RELAY_DELIVERED)
@@ -181,7 +191,9 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 			successes++;
 			continue;
 		}
-		failures++;
+		classes[failures++] = CStringGetTextDatum(o->error_class[0] ? o->error_class : "error");
+		if (s->disp[i] == RELAY_REQUEUE)
+			retried++;
 		values[3] = Int32GetDatum((int32) o->response_code);
 		nulls[3] = o->response_code ? ' ' : 'n';
 		values[4] = CStringGetTextDatum(o->error_class);
@@ -190,7 +202,7 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 		if (s->disp[i] == RELAY_DEAD && strcmp(s->reason[i], "exhausted") == 0)
 			exhausted[nexhausted++] = Int64GetDatum(s->msgs[i].id);
 	}
-	if (failures == 0 && successes == 0 && s->filtered == 0)
+	if (failures == 0 && successes == 0 && dead == 0 && s->filtered == 0)
 		return;
 	values[0] = CStringGetTextDatum(p->name);
 	values[1] = Int32GetDatum(failures);
@@ -202,9 +214,16 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 		values[7] = CStringGetTextDatum(s->breaker);
 		nulls[7] = ' ';
 	}
+	if (failures > 0)
+	{
+		values[9] = RelayMakeArray(classes, NULL, failures, TEXTOID);
+		nulls[9] = ' ';
+	}
+	values[10] = Int32GetDatum(retried);
+	values[11] = Int32GetDatum(dead);
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-								  9, argtypes),
+								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+								  12, argtypes),
 						 values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not record the health of pipeline \"%s\"", p->name);
 }

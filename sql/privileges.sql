@@ -24,9 +24,13 @@ GRANT SELECT ON tide.tide_inbox_config TO tide_consumer;
 -- tide_reader: status. The views read their tables as the owner; the
 -- functions they call and the tables those read are granted here. The
 -- pipeline configs (secrets), the messages, dead letters and attempts
--- (payloads and responses) are not.
+-- (payloads and responses) are not: relay_attempt_log and
+-- relay_dead_letters show the attempts and dead letters without them.
 GRANT SELECT ON tide.consumer_lag, tide.relay_pipeline_lag, tide.relay_pipeline_status,
-	tide.outbox_retention_status,
+	tide.outbox_retention_status, tide.relay_attempt_log, tide.relay_dead_letters,
 	tide.tide_outbox_config, tide.tide_consumer_groups, tide.tide_consumer_offsets,
 	tide.tide_consumer_leases, tide.tide_inbox_config, tide.relay_consumer_offsets,
 	tide.relay_pipeline_health, tide.outbox_publish_grants, tide.outbox_consume_grants TO tide_reader;
+-- tide_consumer: the lag of the groups it may consume from (the view
+-- shows a role that is not a reader those alone).
+GRANT SELECT ON tide.consumer_lag TO tide_consumer;

@@ -1,6 +1,15 @@
 -- The views, created or replaced: after the functions they call.
 
-CREATE OR REPLACE VIEW tide.consumer_lag AS
+-- A tide_reader (or tide_admin, the owner, a superuser) sees every group;
+-- any other role only the groups it may consume from (src/outbox_rights.c:
+-- a consuming right on the group's outbox, by role inheritance, and the
+-- group not a relay pipeline's closed to other consumers), so a
+-- tide_consumer reads the lag of its own groups. The view reads its tables
+-- as its owner, so the position is computed here (as
+-- tide._group_position does) rather than by a function the caller would
+-- run; security_barrier keeps a caller's own functions from seeing the
+-- rows the filter leaves out.
+CREATE OR REPLACE VIEW tide.consumer_lag WITH (security_barrier) AS
 SELECT g.group_name,
 	   g.outbox_name,
 	   g.auto_offset_reset,
@@ -17,10 +26,22 @@ SELECT g.group_name,
 	   (SELECT count(*) FROM tide.tide_consumer_leases l
 		 WHERE l.group_name = g.group_name AND l.expires_at > clock_timestamp()) AS active_leases
   FROM tide.tide_consumer_groups g,
-	   LATERAL (SELECT tide._group_position(g.group_name) AS position) p;
+	   LATERAL (SELECT least(g.leased_upto,
+							 (SELECT min(l.lease_start) - 1 FROM tide.tide_consumer_leases l
+							   WHERE l.group_name = g.group_name)) AS position) p
+ WHERE pg_has_role(current_user, 'tide_reader', 'USAGE')
+	OR pg_has_role(current_user, 'tide_admin', 'USAGE')
+	OR pg_has_role(current_user, (SELECT c.relowner FROM pg_class c
+								   WHERE c.oid = 'tide.tide_outbox_messages'::regclass), 'USAGE')
+	OR (EXISTS (SELECT FROM tide.outbox_consume_grants cg
+				 WHERE cg.outbox_name = g.outbox_name
+				   AND pg_has_role(current_user, cg.grantee, 'USAGE'))
+		AND NOT EXISTS (SELECT FROM tide.relay_outbox_config rc
+						 WHERE rc.config ->> 'consumer_group' = g.group_name
+						   AND (rc.config -> 'allow_other_consumers') IS DISTINCT FROM 'true'::jsonb));
 
 COMMENT ON VIEW tide.consumer_lag
-	IS 'per consumer group: committed position, newest message id, messages still to read';
+	IS 'per consumer group: committed position, newest message id, messages still to read; a role that is not a reader sees the groups it may consume from';
 
 CREATE OR REPLACE VIEW tide.relay_pipeline_lag AS
 SELECT c.name AS pipeline,
@@ -102,16 +123,70 @@ SELECT c.name AS pipeline,
 	   h.last_status,
 	   h.last_error_class,
 	   h.last_error,
-	   (SELECT count(*) FROM tide.relay_attempts a
-		 WHERE a.pipeline_id = c.name AND a.status = 'success'
-		   AND a.attempted_at > now() - interval '1 minute') AS delivered_last_minute
+	   -- The deliveries of the last 60 seconds, estimated from the counts of
+	   -- this minute and the minute before (relay_pipeline_health), the
+	   -- latter weighted by the part of it still within the 60 seconds.
+	   round(CASE h.rate_minute
+				 WHEN date_trunc('minute', now()) THEN
+					 h.delivered_in_minute + h.delivered_minute_before
+					 * (1 - extract(epoch FROM now() - h.rate_minute) / 60)
+				 WHEN date_trunc('minute', now()) - interval '1 minute' THEN
+					 h.delivered_in_minute
+					 * (1 - extract(epoch FROM now() - h.rate_minute - interval '1 minute') / 60)
+				 ELSE 0 END)::bigint AS delivered_last_minute,
+	   coalesce(h.delivered, 0) AS delivered,
+	   coalesce(h.failed, 0) AS failed,
+	   coalesce(h.failed_by_class, '{}') AS failed_by_class,
+	   coalesce(h.retried, 0) AS retried,
+	   coalesce(h.dead_lettered, 0) AS dead_lettered,
+	   h.counted_since
   FROM tide.relay_outbox_config c
   JOIN tide.relay_pipeline_lag l ON l.pipeline = c.name
  CROSS JOIN tide._relay_serving_state() s
   LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
 
 COMMENT ON VIEW tide.relay_pipeline_status
-	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute';
+	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute; the counters since counted_since: delivered, failed attempts (by class), retried, dead-lettered';
+
+-- The attempt log and the dead letters for a tide_reader: what happened,
+-- without what a message or an answer held (payload, headers, the answer's
+-- first bytes), which may carry personal data or secrets. The error texts
+-- are the relay's own, as relay_pipeline_status shows them.
+CREATE OR REPLACE VIEW tide.relay_attempt_log AS
+SELECT a.id,
+	   a.pipeline_id AS pipeline,
+	   a.outbox_name AS outbox,
+	   a.message_id,
+	   a.attempt,
+	   a.manual,
+	   a.status,
+	   a.response_code,
+	   a.error_class,
+	   a.error,
+	   a.latency_ms,
+	   a.attempted_at
+  FROM tide.relay_attempts a;
+
+COMMENT ON VIEW tide.relay_attempt_log
+	IS 'the delivery attempts of tide.relay_attempts without the answers'' text';
+
+CREATE OR REPLACE VIEW tide.relay_dead_letters AS
+SELECT d.id,
+	   d.pipeline_id AS pipeline,
+	   d.outbox_name AS outbox,
+	   d.message_id,
+	   d.created_at,
+	   d.attempts,
+	   d.reason,
+	   d.last_status,
+	   d.last_error_class,
+	   d.last_error,
+	   d.first_failed_at,
+	   d.dead_lettered_at
+  FROM tide.relay_dlq d;
+
+COMMENT ON VIEW tide.relay_dead_letters
+	IS 'the dead letters of tide.relay_dlq without their payloads and headers';
 
 CREATE OR REPLACE VIEW tide.outbox_retention_status AS
 SELECT c.outbox_name,

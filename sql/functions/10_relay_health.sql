@@ -7,7 +7,9 @@
 -- alerts.auto_disable is set. A recorded batch also ends the worker's hold
 -- of the pipeline (relay/pipeline_state.c). Events go to the outbox that
 -- pg_tide.operator_events_outbox names (none when empty), with the header
--- "type" so that a pipeline can route them, for example to a pager.
+-- "type" so that a pipeline can route them, for example to a pager. It
+-- also counts the batch's deliveries, failed attempts by class, retries
+-- and dead letters (relay_pipeline_health's counters).
 -- ---------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION tide._relay_operator_event(p_type text, p_pipeline text, p_detail jsonb)
@@ -40,7 +42,8 @@ GRANT EXECUTE ON FUNCTION tide._relay_operator_event(text,text,jsonb) TO tide_ad
 CREATE OR REPLACE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures int, p_successes int,
 										p_status int, p_error_class text, p_error text,
 										p_exhausted bigint[], p_breaker text DEFAULT NULL,
-										p_filtered int DEFAULT 0)
+										p_filtered int DEFAULT 0, p_failed_classes text[] DEFAULT NULL,
+										p_retried int DEFAULT 0, p_dead_lettered int DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -51,13 +54,24 @@ DECLARE
 	now_failing int;
 	pct int;
 	id bigint;
+	batch_classes jsonb;
 BEGIN
+	IF p_failed_classes IS NOT NULL THEN
+		SELECT jsonb_object_agg(c, n) INTO batch_classes
+		  FROM (SELECT c, count(*) AS n FROM unnest(p_failed_classes) c GROUP BY c) x;
+	END IF;
 	INSERT INTO tide.relay_pipeline_health AS h
 		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
-		 last_error_class, last_error, breaker, filtered, updated_at)
+		 last_error_class, last_error, breaker, filtered, updated_at,
+		 delivered, failed, failed_by_class, retried, dead_lettered,
+		 rate_minute, delivered_in_minute)
 	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
 			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
-			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now())
+			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now(),
+			p_successes, p_failures,
+			coalesce(batch_classes, '{}'),
+			coalesce(p_retried, 0), coalesce(p_dead_lettered, 0),
+			date_trunc('minute', now()), p_successes)
 	ON CONFLICT (pipeline_id) DO UPDATE
 	   SET consecutive_failures = CASE WHEN p_successes > 0 THEN 0
 									   ELSE h.consecutive_failures + p_failures END,
@@ -72,7 +86,24 @@ BEGIN
 		   -- a hold this batch starts is recorded after it).
 		   held_until = NULL,
 		   held_reason = NULL,
-		   updated_at = now()
+		   updated_at = now(),
+		   delivered = h.delivered + EXCLUDED.delivered,
+		   failed = h.failed + EXCLUDED.failed,
+		   failed_by_class = CASE WHEN batch_classes IS NULL THEN h.failed_by_class
+								  ELSE h.failed_by_class
+									   || (SELECT jsonb_object_agg(b.k, coalesce((h.failed_by_class ->> b.k)::bigint, 0)
+																		+ b.n::bigint)
+											 FROM jsonb_each_text(batch_classes) b (k, n)) END,
+		   retried = h.retried + EXCLUDED.retried,
+		   dead_lettered = h.dead_lettered + EXCLUDED.dead_lettered,
+		   -- the deliveries of this minute and of the one before it
+		   rate_minute = EXCLUDED.rate_minute,
+		   delivered_minute_before = CASE h.rate_minute
+										 WHEN EXCLUDED.rate_minute THEN h.delivered_minute_before
+										 WHEN EXCLUDED.rate_minute - interval '1 minute' THEN h.delivered_in_minute
+										 ELSE 0 END,
+		   delivered_in_minute = CASE WHEN h.rate_minute = EXCLUDED.rate_minute
+									  THEN h.delivered_in_minute ELSE 0 END + EXCLUDED.delivered_in_minute
 	RETURNING consecutive_failures INTO now_failing;
 
 	SELECT config INTO cfg FROM tide.relay_outbox_config WHERE name = p_pipeline;
@@ -103,5 +134,28 @@ BEGIN
 END
 $$
 SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer) TO tide_admin;
+REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) TO tide_admin;
+
+-- Starts a pipeline's counters again from 0 (relay_pipeline_status's
+-- delivered, failed, failed_by_class, retried, dead_lettered and
+-- delivered_last_minute), counted_since now. The worker's next record adds
+-- to the reset row: the row lock orders the two.
+CREATE OR REPLACE FUNCTION tide.relay_reset_counters(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._relay_pipeline(p_name);
+	UPDATE tide.relay_pipeline_health
+	   SET delivered = 0, failed = 0, failed_by_class = '{}', retried = 0, dead_lettered = 0,
+		   counted_since = now(), rate_minute = NULL, delivered_in_minute = 0,
+		   delivered_minute_before = 0
+	 WHERE pipeline_id = p_name;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.relay_reset_counters(text)
+	IS 'starts a pipeline''s delivery counters again from 0';
+REVOKE ALL ON FUNCTION tide.relay_reset_counters(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.relay_reset_counters(text) TO tide_admin;

@@ -257,6 +257,14 @@ COMMENT ON TABLE tide.relay_attempts
 -- (since and until when, and why; a batch recorded after the hold ends
 -- clears it), and whether its last turn ended in an ERROR (the message,
 -- since when, how many turns in a row; a turn without one clears it).
+-- Its delivery counters, whatever "attempt_log" says, written by the same
+-- statement of the record transaction (tide._relay_after_batch), so they
+-- commit with the offsets they count: messages delivered, failed attempts
+-- (in all and by error class), failed attempts queued for another try,
+-- messages dead-lettered, since counted_since; and the deliveries of the
+-- minute rate_minute and of the minute before, from which
+-- relay_pipeline_status estimates the deliveries of the last 60 seconds.
+-- No index holds a counted column, so the update is a HOT one.
 CREATE TABLE tide.relay_pipeline_health (
 	pipeline_id				text PRIMARY KEY,
 	consecutive_failures	int NOT NULL DEFAULT 0,
@@ -273,11 +281,20 @@ CREATE TABLE tide.relay_pipeline_health (
 	held_reason				text,
 	turn_error				text,
 	turn_error_since		timestamptz,
-	turn_errors				int NOT NULL DEFAULT 0
+	turn_errors				int NOT NULL DEFAULT 0,
+	delivered				bigint NOT NULL DEFAULT 0,
+	failed					bigint NOT NULL DEFAULT 0,
+	failed_by_class			jsonb NOT NULL DEFAULT '{}',
+	retried					bigint NOT NULL DEFAULT 0,
+	dead_lettered			bigint NOT NULL DEFAULT 0,
+	counted_since			timestamptz NOT NULL DEFAULT now(),
+	rate_minute				timestamptz,
+	delivered_in_minute		bigint NOT NULL DEFAULT 0,
+	delivered_minute_before	bigint NOT NULL DEFAULT 0
 );
 
 COMMENT ON TABLE tide.relay_pipeline_health
-	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn';
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn, and its delivery counters';
 
 -- User data survives pg_dump.
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');

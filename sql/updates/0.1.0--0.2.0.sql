@@ -119,3 +119,23 @@ ALTER TABLE tide.tide_outbox_config
 -- new signatures, so the functions are re-created.
 DROP FUNCTION tide.outbox_drop(text, boolean);
 DROP FUNCTION tide.relay_delete(text);
+
+-- A pipeline's delivery counters, kept whatever "attempt_log" says
+-- (tide._relay_after_batch), which takes the batch's dead letters, retries
+-- and failed attempts' classes: a new signature, so the function of 0.1.0
+-- goes. Counting starts with the update.
+ALTER TABLE tide.relay_pipeline_health
+	ADD COLUMN delivered bigint NOT NULL DEFAULT 0,
+	ADD COLUMN failed bigint NOT NULL DEFAULT 0,
+	ADD COLUMN failed_by_class jsonb NOT NULL DEFAULT '{}',
+	ADD COLUMN retried bigint NOT NULL DEFAULT 0,
+	ADD COLUMN dead_lettered bigint NOT NULL DEFAULT 0,
+	ADD COLUMN counted_since timestamptz NOT NULL DEFAULT now(),
+	ADD COLUMN rate_minute timestamptz,
+	ADD COLUMN delivered_in_minute bigint NOT NULL DEFAULT 0,
+	ADD COLUMN delivered_minute_before bigint NOT NULL DEFAULT 0;
+
+COMMENT ON TABLE tide.relay_pipeline_health
+	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn, and its delivery counters';
+
+DROP FUNCTION tide._relay_after_batch(text, integer, integer, integer, text, text, bigint[], text, integer);

@@ -99,6 +99,52 @@ SELECT tide._relay_after_batch('op_hook', 0, 1, NULL, NULL, NULL, '{}');
 SELECT held_since IS NOT NULL AS held_before, held_until, held_reason, turn_error, turn_errors
   FROM tide.relay_pipeline_health;
 
+-- the counters, whatever attempt_log says: deliveries, failed attempts by
+-- class, failures queued again, dead letters, added batch by batch (the
+-- batches above counted too); a dead letter without an attempt (its
+-- outcome could not be recorded) counts as a dead letter alone
+SELECT delivered, failed, failed_by_class, retried, dead_lettered, counted_since <= now() AS counting
+  FROM tide.relay_pipeline_status;
+SELECT tide.relay_reset_counters('op_hook');
+SELECT tide._relay_after_batch('op_hook', 3, 5, 503, 'http_5xx', 'HTTP status 503', '{}', NULL, 0,
+							   '{http_5xx,timeout,http_5xx}', 2, 1);
+SELECT tide._relay_after_batch('op_hook', 1, 0, 400, 'http_4xx', 'HTTP status 400', '{}', NULL, 0,
+							   '{http_4xx}', 0, 1);
+SELECT tide._relay_after_batch('op_hook', 0, 0, NULL, NULL, NULL, '{}', NULL, 0, NULL, 0, 1);
+SELECT delivered, failed, failed_by_class, retried, dead_lettered, delivered_last_minute
+  FROM tide.relay_pipeline_status;
+-- delivered_last_minute: the deliveries of this clock minute, plus those of
+-- the minute before weighted by its part within the last 60 seconds; the
+-- minute before alone, so weighted; nothing older
+UPDATE tide.relay_pipeline_health
+   SET rate_minute = date_trunc('minute', now()), delivered_in_minute = 10, delivered_minute_before = 30;
+SELECT delivered_last_minute = round(10 + 30 * (1 - extract(epoch FROM now() - date_trunc('minute', now())) / 60))
+	   AS this_minute_and_weighted_before
+  FROM tide.relay_pipeline_status;
+UPDATE tide.relay_pipeline_health
+   SET rate_minute = date_trunc('minute', now()) - interval '1 minute', delivered_in_minute = 60;
+SELECT delivered_last_minute = round(60 * (1 - extract(epoch FROM now() - date_trunc('minute', now())) / 60))
+	   AS weighted_minute_before
+  FROM tide.relay_pipeline_status;
+UPDATE tide.relay_pipeline_health SET rate_minute = date_trunc('minute', now()) - interval '2 minutes';
+SELECT delivered_last_minute AS older FROM tide.relay_pipeline_status;
+-- a batch in a new minute moves this minute's count to the minute before
+UPDATE tide.relay_pipeline_health
+   SET rate_minute = date_trunc('minute', now()) - interval '1 minute', delivered_in_minute = 7,
+	   delivered_minute_before = 99;
+SELECT tide._relay_after_batch('op_hook', 0, 2, NULL, NULL, NULL, '{}');
+SELECT rate_minute = date_trunc('minute', now()) AS this_minute, delivered_in_minute, delivered_minute_before
+  FROM tide.relay_pipeline_health;
+-- reset: from 0 again, counted from now
+BEGIN;
+SELECT tide.relay_reset_counters('op_hook');
+SELECT delivered, failed, failed_by_class, retried, dead_lettered, delivered_last_minute,
+	   counted_since = now() AS counted_from_now
+  FROM tide.relay_pipeline_status;
+COMMIT;
+SELECT pg_temp.try($$SELECT tide.relay_reset_counters('no_pipeline')$$);
+SELECT pg_temp.try($$SELECT tide.relay_reset_counters(NULL)$$);
+
 SELECT tide.relay_delete('op_hook');
 SELECT count(*) AS health_rows FROM tide.relay_pipeline_health;
 SELECT tide.outbox_drop('op_orders');

@@ -370,6 +370,71 @@ SELECT pg_temp.try($$SELECT count(*) > 0 AS got FROM tide.poll_outbox('sec_pipe_
 RESET ROLE;
 SELECT tide.drop_consumer_group('sec_pipe_group');
 
+-- consumer_lag for a tide_consumer: only the groups of the outboxes it may
+-- consume from, and not a relay pipeline's closed group (sec_hook_group);
+-- a reader sees every group
+CREATE ROLE regress_sec_lagless IN ROLE tide_consumer;
+SET ROLE regress_sec_consumer;
+SELECT group_name, outbox_name, pending FROM tide.consumer_lag ORDER BY 1;
+RESET ROLE;
+SET ROLE regress_sec_lagless;
+SELECT count(*) AS groups_without_a_grant FROM tide.consumer_lag;
+RESET ROLE;
+SELECT tide.outbox_grant_consume('sec_more', 'regress_sec_lagless');
+SET ROLE regress_sec_lagless;
+SELECT group_name, outbox_name FROM tide.consumer_lag ORDER BY 1;
+RESET ROLE;
+-- a caller's function in the query sees no row the view leaves out
+CREATE FUNCTION public.regress_sec_leak(p text) RETURNS boolean
+LANGUAGE plpgsql COST 0.0000001 AS $$
+BEGIN
+	RAISE NOTICE 'saw %', p;
+	RETURN true;
+END
+$$;
+SET ROLE regress_sec_lagless;
+SELECT group_name FROM tide.consumer_lag WHERE public.regress_sec_leak(group_name);
+RESET ROLE;
+DROP FUNCTION public.regress_sec_leak(text);
+SELECT tide.outbox_revoke_consume('sec_more', 'regress_sec_lagless');
+SET ROLE regress_sec_reader;
+SELECT group_name, outbox_name FROM tide.consumer_lag ORDER BY 1;
+RESET ROLE;
+
+-- the attempt log and the dead letters for a tide_reader: the relay's view
+-- of them, without payloads, headers or answers (which may hold secrets)
+INSERT INTO tide.relay_attempts (pipeline_id, outbox_name, message_id, attempt, status,
+								 response_code, error_class, error, response_snippet)
+VALUES ('sec_hook', 'sec_orders', 1, 1, 'failed', 401, 'http_4xx', 'HTTP status 401',
+		'{"answer": "secret-answer"}');
+INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, payload, headers, created_at,
+							attempts, reason, last_status, last_error_class, last_error, first_failed_at)
+VALUES ('sec_hook', 'sec_orders', 1, '{"card": "secret-payload"}', '{"Authorization": "secret-header"}',
+		'2026-01-01', 1, 'permanent', 401, 'http_4xx', 'HTTP status 401', '2026-01-01');
+SET ROLE regress_sec_reader;
+SELECT pipeline, outbox, message_id, attempt, manual, status, response_code, error_class, error
+  FROM tide.relay_attempt_log;
+SELECT pipeline, outbox, message_id, created_at, attempts, reason, last_status, last_error_class, last_error
+  FROM tide.relay_dead_letters;
+SELECT count(*) AS rows_with_a_secret
+  FROM (SELECT a::text AS r FROM tide.relay_attempt_log a
+		UNION ALL SELECT d::text FROM tide.relay_dead_letters d) x
+ WHERE r LIKE '%secret%';
+SELECT pg_temp.try($$SELECT response_snippet FROM tide.relay_attempts$$);
+SELECT pg_temp.try($$SELECT payload FROM tide.relay_dlq$$);
+RESET ROLE;
+SELECT v.relname AS view, string_agg(a.attname, ', ' ORDER BY a.attnum) AS columns
+  FROM pg_class v JOIN pg_attribute a ON a.attrelid = v.oid AND a.attnum > 0
+ WHERE v.oid IN ('tide.relay_attempt_log'::regclass, 'tide.relay_dead_letters'::regclass)
+ GROUP BY v.relname ORDER BY 1;
+-- neither a consumer, a publisher nor a role without a tide role reads them
+SELECT r.role, pg_temp.try(format('SET LOCAL ROLE %I; SELECT count(*) FROM tide.relay_attempt_log', r.role)) AS attempts,
+	   pg_temp.try(format('SET LOCAL ROLE %I; SELECT count(*) FROM tide.relay_dead_letters', r.role)) AS dead_letters
+  FROM unnest(ARRAY['regress_sec_consumer', 'regress_sec_app', 'regress_sec_nobody']) r (role);
+RESET ROLE;
+DELETE FROM tide.relay_attempts WHERE pipeline_id = 'sec_hook';
+DELETE FROM tide.relay_dlq WHERE pipeline_id = 'sec_hook';
+
 -- no view shows a secret
 SELECT v.relname AS view_with_secret FROM pg_class v
  WHERE v.relnamespace = 'tide'::regnamespace AND v.relkind = 'v'
@@ -404,4 +469,5 @@ REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb) FROM regress_sec_
 REVOKE ALL ON FUNCTION tide.poll_outbox(text, text, int, int, bigint) FROM regress_sec_noinherit;
 REVOKE ALL ON SCHEMA tide FROM regress_sec_noinherit;
 DROP ROLE regress_sec_app, regress_sec_member, regress_sec_noinherit, regress_sec_team,
-	regress_sec_consumer, regress_sec_cmember, regress_sec_reader, regress_sec_nobody, regress_sec_admin;
+	regress_sec_consumer, regress_sec_cmember, regress_sec_reader, regress_sec_nobody, regress_sec_admin,
+	regress_sec_lagless;
