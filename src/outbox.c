@@ -205,7 +205,7 @@ outbox_admit(const char *name, int64 n, int64 *span_out)
 	args[0] = CStringGetTextDatum(name);
 	if (SPI_execute_plan(catalog_records_levels() ?
 						 TidePlan(&admit_plan, ADMIT_SQL("c.backpressure_level::bigint"), 1, admit_types) :
-						 TidePlan(&admit_plan_without_levels, ADMIT_SQL("-1::bigint"), 1, admit_types),
+						 TidePlan(&admit_plan_without_levels, ADMIT_SQL("'-1'::bigint"), 1, admit_types),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the configuration of outbox \"%s\"", name);
 	if (SPI_processed == 0)
