@@ -34,7 +34,8 @@ OBJS = \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
 	relay/sinks/webhook_config.o relay/sinks/file_config.o \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o \
-	relay/broker.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o relay/log_repeat.o
+	relay/broker.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o relay/log_repeat.o \
+	relay/on_demand.o relay/worker_slots.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source
