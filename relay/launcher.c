@@ -4,8 +4,8 @@
  *		that keeps pg_tide.relay_workers_per_database relay workers running
  *		per database where pg_tide has an enabled pipeline, starts one now
  *		and then for the periodic jobs of the others (on_demand.c), and the
- *		relay's shared memory and settings. What ordinary backends do to talk to it is in
- *		backend.c.
+ *		relay's shared memory and settings. What ordinary backends do to
+ *		talk to it is in backend.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -24,8 +24,8 @@
  *	  none, is not known to lack pg_tide, is not idle, is not paused and
  *	  did not just fail, up to pg_tide.max_relay_workers; then, with the
  *	  slots left, the further workers of the databases whose worker found
- *	  an enabled pipeline, each with the
- *	  lowest worker_index missing (ownership.c shares out the pipelines).
+ *	  an enabled pipeline, each with the lowest worker_index missing
+ *	  (ownership.c shares out the pipelines).
  *	  A database left without a worker for RELAY_UNSERVED_GRACE_MS is
  *	  logged, once, and again when it gets one.
  *

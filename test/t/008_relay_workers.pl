@@ -12,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode;
+use PgTide::TestNode qw(tide_node keep_relay_worker);
 use Time::HiRes qw(time usleep);
 
 my $node = tide_node('relay', "pg_tide.relay_naptime_ms = 200\n");
@@ -44,17 +44,6 @@ sub wait_for_no_worker
 		"SELECT count(*) = 0 FROM tide.relay_workers() WHERE database = '$db'");
 }
 
-# Gives database $db an enabled pipeline, so that it holds a worker: a row
-# the validator would refuse (written with triggers off), so that it
-# delivers nothing, and the wake-up the row's trigger would have asked for.
-sub keep_worker
-{
-	my ($db) = @_;
-	$node->safe_psql($db, "SET session_replication_role = replica; BEGIN;
-		INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}');
-		SELECT tide._relay_wake_worker(); COMMIT");
-}
-
 # Sets a configuration value for the whole server and reloads.
 sub set_conf
 {
@@ -64,7 +53,7 @@ sub set_conf
 }
 
 # Both kinds of worker show in pg_stat_activity.
-keep_worker('postgres');
+keep_relay_worker($node, 'postgres');
 my $postgres_pid = wait_for_worker('postgres');
 ok($postgres_pid, 'database postgres has a relay worker');
 is($node->safe_psql('postgres',
@@ -83,7 +72,7 @@ usleep(500_000);
 is(worker_pid('app'), '', 'a database without pg_tide has no worker');
 my $created_at = time();
 $node->safe_psql('app', 'CREATE EXTENSION pg_tide');
-keep_worker('app');
+keep_relay_worker($node, 'app');
 my $app_pid = wait_for_worker('app');
 my $took = time() - $created_at;
 cmp_ok($took, '<', 5, "CREATE EXTENSION and a pipeline started a worker (after ${took}s)");
@@ -124,7 +113,7 @@ ok(wait_for_no_worker('app'), 'DROP EXTENSION stops the worker');
 # ALTER DATABASE ... RENAME and DROP DATABASE succeed while a worker runs.
 $node->safe_psql('postgres', 'CREATE DATABASE doomed');
 $node->safe_psql('doomed', 'CREATE EXTENSION pg_tide');
-keep_worker('doomed');
+keep_relay_worker($node, 'doomed');
 wait_for_worker('doomed');
 ($ret, $out, $err) = $node->psql('postgres', 'ALTER DATABASE doomed RENAME TO doomed2');
 is($ret, 0, 'ALTER DATABASE RENAME succeeds while the worker runs') or diag($err);
@@ -133,7 +122,7 @@ is($ret, 0, 'DROP DATABASE succeeds right after') or diag($err);
 unlike($err, qr/being accessed by other users/, 'DROP DATABASE did not see the worker');
 $node->safe_psql('postgres', 'CREATE DATABASE doomed');
 $node->safe_psql('doomed', 'CREATE EXTENSION pg_tide');
-keep_worker('doomed');
+keep_relay_worker($node, 'doomed');
 wait_for_worker('doomed');
 ($ret, $out, $err) = $node->psql('postgres', 'DROP DATABASE doomed');
 is($ret, 0, 'DROP DATABASE of a database with a running worker succeeds') or diag($err);
