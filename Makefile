@@ -116,7 +116,7 @@ installcheck: test/brokers/rabbitmq_read
 # the project's headers changes (a changed struct must not leave stale objects).
 $(OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
 # TIDE_CATALOG_VERSION comes from the control file.
-relay/worker.o relay/serving.o: pg_tide.control
+relay/worker.o relay/serving.o relay/on_demand.o: pg_tide.control
 
 # Broker sinks (relay/broker.h): one module each, pg_tide_<sink>.so from
 # relay/sinks/<sink>.c and <sink>_config.c, linked with the broker's client

@@ -52,7 +52,10 @@ RelayIdleLookMs(void)
 
 /*
  * Whether the database has no enabled pipeline, seen under a lock on
- * relay_outbox_config; false when the lock cannot be had now.
+ * relay_outbox_config; false when the lock cannot be had now, and while
+ * the catalog is not the library's version: that worker waits for ALTER
+ * EXTENSION pg_tide UPDATE and says so once (worker.c), and an older
+ * catalog's trigger may not ask the launcher to look again.
  */
 static bool
 no_enabled_pipeline(void)
@@ -60,9 +63,12 @@ no_enabled_pipeline(void)
 	static SPIPlanPtr plan = NULL;
 	bool		none = false;
 	bool		isnull;
+	char	   *installed;
 
 	RelayBeginShortXact("pg_tide relay: looking for enabled pipelines");
-	if (RelayTryLockTable("relay_outbox_config", AccessShareLock))
+	installed = TideInstalledVersion();
+	if (installed != NULL && TideCompareVersions(installed, TIDE_CATALOG_VERSION) == 0 &&
+		RelayTryLockTable("relay_outbox_config", AccessShareLock))
 	{
 		if (SPI_execute_plan(TidePlan(&plan,
 									  "SELECT NOT EXISTS (SELECT FROM tide.relay_outbox_config WHERE enabled)",
