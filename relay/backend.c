@@ -4,8 +4,9 @@
  *		relay: ask the launcher to look at a database again after CREATE
  *		EXTENSION and at the commit of a pipeline change (a database without
  *		an enabled pipeline has no worker, on_demand.c), wake a database's
- *		worker at the commit of a pipeline change, get a database to themselves for DROP DATABASE and the like,
- *		and list the running relay workers.
+ *		worker at the commit of a pipeline change, get a database to
+ *		themselves for DROP DATABASE and the like, and list the running
+ *		relay workers.
  *
  * PostgreSQL does not terminate background workers for DROP DATABASE,
  * ALTER DATABASE ... RENAME / SET TABLESPACE or CREATE DATABASE ...
