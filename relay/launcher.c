@@ -678,13 +678,13 @@ launcher_note_unserved(LauncherDb *db, TimestampTz now)
 				(errmsg("pg_tide relay has no worker for database \"%s\": all %d relay workers are in use",
 						NameStr(db->datname), RelayMaxWorkers),
 				 errdetail("Its pipelines deliver nothing until a relay worker is free."),
-				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or disable the pipelines of a database that does not need them.")));
 	else
 		ereport(LOG,
 				(errmsg("pg_tide relay cannot look whether database \"%s\" has pg_tide: all %d relay workers are in use",
 						NameStr(db->datname), RelayMaxWorkers),
 				 errdetail("If it has, its pipelines deliver nothing until a relay worker is free."),
-				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or disable the pipelines of a database that does not need them.")));
 }
 
 /* A database has a worker (again); a logged wait is logged as over. */
