@@ -2,9 +2,11 @@
  * backend.c
  *		The relay's backend side, what ordinary backends do to talk to the
  *		relay: ask the launcher to look at a database again after CREATE
- *		EXTENSION, wake a database's worker at the commit of a pipeline
- *		change, get a database to themselves for DROP DATABASE and the like,
- *		and list the running relay workers.
+ *		EXTENSION and at the commit of a pipeline change (a database without
+ *		an enabled pipeline has no worker, on_demand.c), wake a database's
+ *		worker at the commit of a pipeline change, get a database to
+ *		themselves for DROP DATABASE and the like, and list the running
+ *		relay workers.
  *
  * PostgreSQL does not terminate background workers for DROP DATABASE,
  * ALTER DATABASE ... RENAME / SET TABLESPACE or CREATE DATABASE ...
@@ -104,6 +106,8 @@ relay_xact_callback(XactEvent event, void *arg)
 				pg_atomic_fetch_add_u64(&Relay->wake_requests, 1);
 				WakeDatabase(MyDatabaseId);
 				wake_workers(MyDatabaseId);
+				/* a database without a worker (none enabled before) gets one */
+				request_recheck(MyDatabaseId);
 			}
 			break;
 		case XACT_EVENT_ABORT:

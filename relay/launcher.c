@@ -2,9 +2,10 @@
  * launcher.c
  *		The relay launcher: one background worker, connected to no database,
  *		that keeps pg_tide.relay_workers_per_database relay workers running
- *		per database where pg_tide is installed, and the relay's shared
- *		memory and settings. What ordinary backends do to talk to it is in
- *		backend.c.
+ *		per database where pg_tide has an enabled pipeline, starts one now
+ *		and then for the periodic jobs of the others (on_demand.c), and the
+ *		relay's shared memory and settings. What ordinary backends do to
+ *		talk to it is in backend.c.
  *
  * The launcher works in passes, every few seconds and whenever its latch is
  * set (a worker started or ended, CREATE EXTENSION, a paused database):
@@ -12,15 +13,19 @@
  * 1. Reap: free the slot of every worker that has ended and remember why.
  *	  A worker that found no pg_tide marks its database "without pg_tide",
  *	  unless CREATE EXTENSION asked for a new look after it was started.
- * 2. Requests: take the recheck requests that CREATE EXTENSION left in
- *	  shared memory (sent at commit, so the new worker sees the extension).
+ *	  A worker that found no enabled pipeline marks its database idle for
+ *	  RelayIdleLookMs(), unless a recheck came after its look began.
+ * 2. Requests: take the recheck requests that CREATE EXTENSION and
+ *	  pipeline changes left in shared memory (sent at commit, so the new
+ *	  worker sees them); a recheck ends a database's idle time.
  * 3. Scan pg_database (a shared catalog, readable without a database) and
  *	  forget the databases that are gone.
  * 4. Start a worker for every connectable, non-template database that has
- *	  none, is not known to lack pg_tide, is not paused and did not just
- *	  fail, up to pg_tide.max_relay_workers; then, with the slots left, the
- *	  further workers of the databases that have pg_tide, each with the
- *	  lowest worker_index missing (ownership.c shares out the pipelines).
+ *	  none, is not known to lack pg_tide, is not idle, is not paused and
+ *	  did not just fail, up to pg_tide.max_relay_workers; then, with the
+ *	  slots left, the further workers of the databases whose worker found
+ *	  an enabled pipeline, each with the lowest worker_index missing
+ *	  (ownership.c shares out the pipelines).
  *	  A database left without a worker for RELAY_UNSERVED_GRACE_MS is
  *	  logged, once, and again when it gets one.
  *
@@ -78,6 +83,7 @@ typedef struct LauncherDb
 	TimestampTz last_recheck;	/* newest recheck request taken */
 	TimestampTz backoff_until;	/* a worker failed: do not restart before */
 	bool		has_extension;	/* a worker found pg_tide, or CREATE EXTENSION said so */
+	TimestampTz idle_until;		/* no enabled pipeline: no worker before (on_demand.c) */
 	TimestampTz unserved_since; /* 0: not waiting for a free worker */
 	bool		unserved_logged;	/* the wait was logged */
 	NameData	datname;		/* from the last scan */
@@ -313,6 +319,7 @@ launcher_db(Oid dboid)
 		db->backoff_until = 0;
 		db->seen = false;
 		db->has_extension = false;
+		db->idle_until = 0;
 		db->unserved_since = 0;
 		db->unserved_logged = false;
 		namestrcpy(&db->datname, "");
@@ -330,6 +337,20 @@ launcher_exit(int code, Datum arg)
 	SpinLockRelease(&Relay->mutex);
 }
 
+/*
+ * A worker left because its database has no enabled pipeline: the
+ * database gets none until its periodic jobs are due again, unless a
+ * recheck (a pipeline changed) was asked after the worker's look began,
+ * which that look may have missed: then another starts at once.
+ */
+static void
+launcher_note_idle(LauncherDb *db, TimestampTz looked_at, TimestampTz now)
+{
+	if (looked_at < db->last_recheck)
+		return;
+	db->idle_until = TimestampTzPlusMilliseconds(now, RelayIdleLookMs());
+}
+
 /* Pass phase 1: frees the slots of workers that have ended. */
 static void
 launcher_reap(TimestampTz now)
@@ -345,6 +366,7 @@ launcher_reap(TimestampTz now)
 		TimestampTz registered_at;
 		RelayExitReason reason;
 		bool		serving;
+		TimestampTz looked_at;
 
 		SpinLockAcquire(&Relay->mutex);
 		in_use = slot->in_use;
@@ -354,6 +376,7 @@ launcher_reap(TimestampTz now)
 		pid = slot->pid;
 		registered_at = slot->registered_at;
 		reason = slot->exit_reason;
+		looked_at = slot->looked_at;
 		SpinLockRelease(&Relay->mutex);
 
 		if (!in_use)
@@ -391,6 +414,8 @@ launcher_reap(TimestampTz now)
 		else if (reason == RELAY_EXIT_ERROR)
 			launcher_db(dboid)->backoff_until =
 				TimestampTzPlusMilliseconds(now, RELAY_ERROR_BACKOFF_MS);
+		else if (reason == RELAY_EXIT_IDLE)
+			launcher_note_idle(launcher_db(dboid), looked_at, now);
 		if (serving && reason != RELAY_EXIT_NO_EXTENSION)
 			launcher_db(dboid)->has_extension = true;
 
@@ -443,8 +468,9 @@ launcher_take_requests(TimestampTz now)
 		LauncherDb *db = launcher_db(rechecks[i]);
 
 		db->no_extension = false;
-		db->has_extension = true;	/* CREATE EXTENSION committed there */
+		db->has_extension = true;	/* CREATE EXTENSION or a pipeline change committed there */
 		db->last_recheck = Max(db->last_recheck, recheck_times[i]);
+		db->idle_until = 0;
 	}
 	if (recheck_all != 0)
 	{
@@ -456,6 +482,7 @@ launcher_take_requests(TimestampTz now)
 		{
 			db->no_extension = false;
 			db->last_recheck = Max(db->last_recheck, recheck_all);
+			db->idle_until = 0;
 		}
 	}
 }
@@ -502,11 +529,12 @@ launcher_scan_databases(MemoryContext cxt)
  * none); *serving tells whether one of them found pg_tide.
  */
 static uint32
-launcher_db_workers(Oid dboid, bool *serving)
+launcher_db_workers(Oid dboid, bool *serving, bool *busy)
 {
 	uint32		indexes = 0;
 
 	*serving = false;
+	*busy = false;
 	SpinLockAcquire(&Relay->mutex);
 	for (int i = 0; i < Relay->nslots; i++)
 	{
@@ -517,6 +545,8 @@ launcher_db_workers(Oid dboid, bool *serving)
 			indexes |= (uint32) 1 << slot->worker_index;
 			if (slot->serving)
 				*serving = true;
+			if (slot->busy)
+				*busy = true;
 		}
 	}
 	SpinLockRelease(&Relay->mutex);
@@ -566,6 +596,8 @@ launcher_start_worker(Oid dboid, int index, TimestampTz now)
 		slot->dboid = dboid;
 		slot->worker_index = index;
 		slot->npipelines = 0;
+		slot->busy = false;
+		slot->looked_at = 0;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;
 		slot->latch = NULL;
@@ -613,7 +645,7 @@ launcher_start_worker(Oid dboid, int index, TimestampTz now)
 		if (!launcher_out_of_workers)
 			ereport(LOG,
 					(errmsg("pg_tide launcher could not start a relay worker: out of background worker slots"),
-					 errhint("Raise max_worker_processes; each database with pg_tide needs one relay worker.")));
+					 errhint("Raise max_worker_processes; each database with an enabled pipeline needs pg_tide.relay_workers_per_database relay workers.")));
 		launcher_out_of_workers = true;
 		return LAUNCHER_NO_WORKER;
 	}
@@ -646,13 +678,13 @@ launcher_note_unserved(LauncherDb *db, TimestampTz now)
 				(errmsg("pg_tide relay has no worker for database \"%s\": all %d relay workers are in use",
 						NameStr(db->datname), RelayMaxWorkers),
 				 errdetail("Its pipelines deliver nothing until a relay worker is free."),
-				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or disable the pipelines of a database that does not need them.")));
 	else
 		ereport(LOG,
 				(errmsg("pg_tide relay cannot look whether database \"%s\" has pg_tide: all %d relay workers are in use",
 						NameStr(db->datname), RelayMaxWorkers),
 				 errdetail("If it has, its pipelines deliver nothing until a relay worker is free."),
-				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or drop pg_tide from a database that does not use it.")));
+				 errhint("Raise pg_tide.max_relay_workers and max_worker_processes (a restart), or disable the pipelines of a database that does not need them.")));
 }
 
 /* A database has a worker (again); a logged wait is logged as over. */
@@ -720,6 +752,7 @@ launcher_pass(MemoryContext cxt)
 	HASH_SEQ_STATUS status;
 	LauncherDb *db;
 	bool		serving;
+	bool		busy;
 	bool		out_of_workers = false;
 	bool		some_unserved = false;
 
@@ -734,7 +767,7 @@ launcher_pass(MemoryContext cxt)
 		launcher_db(lfirst_oid(lc))->seen = true;
 	hash_seq_init(&status, launcher_dbs);
 	while ((db = hash_seq_search(&status)) != NULL)
-		if (!db->seen && launcher_db_workers(db->dboid, &serving) == 0)
+		if (!db->seen && launcher_db_workers(db->dboid, &serving, &busy) == 0)
 			hash_search(launcher_dbs, &db->dboid, HASH_REMOVE, NULL);
 
 	if (!RelayEnabled)
@@ -746,12 +779,12 @@ launcher_pass(MemoryContext cxt)
 		Oid			dboid = lfirst_oid(lc);
 
 		db = launcher_db(dboid);
-		if (db->no_extension || db->backoff_until > now)
+		if (db->no_extension || db->backoff_until > now || db->idle_until > now)
 		{
 			db->unserved_since = 0;
 			continue;
 		}
-		if (launcher_db_workers(dboid, &serving) != 0)
+		if (launcher_db_workers(dboid, &serving, &busy) != 0)
 		{
 			if (serving)
 				db->has_extension = true;
@@ -789,8 +822,9 @@ launcher_pass(MemoryContext cxt)
 		db = launcher_db(dboid);
 		if (!db->has_extension || db->no_extension || db->backoff_until > now)
 			continue;
-		indexes = launcher_db_workers(dboid, &serving);
-		if (indexes == 0)
+		indexes = launcher_db_workers(dboid, &serving, &busy);
+		/* only a database with an enabled pipeline gets more than one */
+		if (indexes == 0 || !busy)
 			continue;
 		for (int index = 1; index < RelayWorkersPerDatabase; index++)
 			if ((indexes & ((uint32) 1 << index)) == 0 &&

@@ -62,13 +62,20 @@
 #define RELAY_RESTORE_LOCK_KEY	0x74696472
 /* How long a database waits for a free relay worker before the launcher logs it. */
 #define RELAY_UNSERVED_GRACE_MS	5000
+/*
+ * The longest a database without an enabled pipeline goes without a worker
+ * for its periodic jobs (on_demand.c); pg_tide.sweep_interval, when shorter,
+ * is the interval.
+ */
+#define RELAY_IDLE_LOOK_MAX_MS	60000
 
 /* Why a worker ended, as it tells the launcher. */
 typedef enum RelayExitReason
 {
 	RELAY_EXIT_STOPPED = 0,		/* SIGTERM, pause, or the relay switched off */
 	RELAY_EXIT_NO_EXTENSION,	/* pg_tide is not installed in the database */
-	RELAY_EXIT_ERROR			/* a pass failed; restart after a back-off */
+	RELAY_EXIT_ERROR,			/* a pass failed; restart after a back-off */
+	RELAY_EXIT_IDLE				/* no enabled pipeline: back for the periodic jobs */
 } RelayExitReason;
 
 /*
@@ -92,6 +99,8 @@ typedef struct RelayWorkerSlot
 	int			worker_index;	/* 0 .. relay_workers_per_database - 1 */
 	bool		retiring;		/* the launcher asks it to leave between passes */
 	int			npipelines;		/* pipelines it served at its last pass */
+	bool		busy;			/* its last reading found an enabled pipeline */
+	TimestampTz looked_at;		/* before the snapshot of its last look for one */
 	pg_atomic_uint64 passes;
 	pg_atomic_uint64 wakeups;
 } RelayWorkerSlot;
@@ -262,6 +271,11 @@ extern int	RelayOrderingParked(const RelayMessage *msgs, int n, const int *after
 
 /* retention.c */
 extern void RelaySweepOutboxes(void);
+extern bool RelaySweepHasMore(void);
+
+/* on_demand.c */
+extern bool RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight);
+extern long RelayIdleLookMs(void);
 
 /* log_repeat.c */
 extern RelayRepeatLine RelayRepeatNote(RelayRepeat *r, int64 *unlogged);

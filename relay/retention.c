@@ -23,6 +23,9 @@
 
 int			SweepIntervalSecs = 60;
 
+/* The last sweep stopped at its cap with more to do. */
+static bool sweep_more = false;
+
 /* How often the child tables are made ahead, at most. */
 #define MAINTAIN_INTERVAL_MS 1000
 
@@ -77,9 +80,20 @@ RelaySweepOutboxes(void)
 							 NULL, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not sweep the outboxes");
 		/* Stopped at its cap: the next pass goes on. */
-		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-			!isnull)
+		sweep_more = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+		if (sweep_more)
 			last_sweep = 0;
 	}
 	RelayEndShortXact(CurrentMemoryContext);
+}
+
+/*
+ * Whether the last sweep stopped at its cap with more to do: a worker
+ * without pipelines stays until it has finished (on_demand.c).
+ */
+bool
+RelaySweepHasMore(void)
+{
+	return sweep_more && SweepIntervalSecs > 0;
 }

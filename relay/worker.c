@@ -1,7 +1,8 @@
 /*
  * worker.c
- *		A relay worker: one per database where pg_tide is installed. It
- *		drives the deliveries of all its pipelines at the same time.
+ *		A relay worker: one per database where pg_tide has an enabled
+ *		pipeline (on_demand.c). It drives the deliveries of all its pipelines
+ *		at the same time.
  *
  * Each pipeline has at most one batch in its sink, an operation (Operation
  * below): leased in a short transaction (lease.c), then delivered by the
@@ -53,7 +54,9 @@
  * 3. Leave cleanly when the relay is switched off, when a command needs the
  *	  database to itself (a pause, see launcher.c) or when pg_tide is no
  *	  longer installed (DROP EXTENSION); the batches in flight are abandoned
- *	  first (the lease makes the next worker deliver them again).
+ *	  first (the lease makes the next worker deliver them again). A reading
+ *	  that finds no enabled pipeline, with nothing in flight, also ends the
+ *	  worker once its periodic jobs are done (on_demand.c).
  * 4. Read the enabled pipelines in one short transaction (pipelines.c, each
  *	  with its sink opened) when SQL changed pipelines or queues, after a
  *	  reload, and every pg_tide.relay_naptime_ms; a pipeline with a batch in
@@ -1893,6 +1896,9 @@ loop_once(WaitEventSet *set, ConditionVariable *cv)
 			abandon_operations();
 			worker_leave(RELAY_EXIT_NO_EXTENSION, "pg_tide is not installed");
 		}
+		/* no enabled pipeline: the periodic jobs are done, the slot is given back (on_demand.c) */
+		if (RelayLeaveWhenIdle(my_slot, has_work, n_operations))
+			worker_leave(RELAY_EXIT_IDLE, "no enabled pipeline");
 	}
 	if ((scan_needed || (earliest_due != 0 && GetCurrentTimestamp() >= earliest_due)) &&
 		database_turn())

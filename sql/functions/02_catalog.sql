@@ -14,6 +14,18 @@ COMMENT ON FUNCTION tide._relay_wake_worker()
 REVOKE ALL ON FUNCTION tide._relay_wake_worker() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_wake_worker() TO tide_admin;
 
+-- Warns when no background worker slot is free for this database's relay
+-- workers, as a pipeline is enabled (relay/worker_slots.c).
+CREATE OR REPLACE FUNCTION tide._relay_check_worker_slots()
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_check_worker_slots'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide._relay_check_worker_slots()
+	IS 'internal: warns when no background worker slot is free for the relay workers of this database';
+REVOKE ALL ON FUNCTION tide._relay_check_worker_slots() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_check_worker_slots() TO tide_admin;
+
 -- A changed pipeline is announced on channel tide_relay_config, and the
 -- relay worker acts on it at commit.
 CREATE OR REPLACE FUNCTION tide._relay_config_notify()
@@ -27,6 +39,10 @@ BEGIN
 										'name', CASE WHEN TG_OP = 'DELETE' THEN OLD.name ELSE NEW.name END)::text);
 	IF TG_TABLE_NAME = 'relay_outbox_config' THEN
 		PERFORM tide._relay_wake_worker();
+		-- A pipeline that is to deliver: a WARNING now if no worker can serve it.
+		IF TG_OP <> 'DELETE' AND NEW.enabled THEN
+			PERFORM tide._relay_check_worker_slots();
+		END IF;
 		IF TG_OP = 'UPDATE' AND OLD.enabled IS DISTINCT FROM NEW.enabled THEN
 			PERFORM tide._relay_operator_event(
 				CASE WHEN NEW.enabled THEN 'pipeline.enabled' ELSE 'pipeline.disabled' END,

@@ -1,8 +1,10 @@
 # The relay's background workers: one launcher, one relay worker per
-# database where pg_tide is installed. Workers follow CREATE and DROP
-# EXTENSION, never block DROP DATABASE or ALTER DATABASE RENAME, are woken
-# by publishing commits, stop and start again with pg_tide.relay_enabled,
-# and are restarted after a SIGTERM.
+# database where pg_tide has an enabled pipeline. Workers follow CREATE and
+# DROP EXTENSION and the pipelines (a database whose last pipeline is
+# disabled lets its worker go, relay/on_demand.c), never block DROP
+# DATABASE or ALTER DATABASE RENAME, are woken by publishing commits, stop
+# and start again with pg_tide.relay_enabled, and are restarted after a
+# SIGTERM.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -10,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode;
+use PgTide::TestNode qw(tide_node keep_relay_worker);
 use Time::HiRes qw(time usleep);
 
 my $node = tide_node('relay', "pg_tide.relay_naptime_ms = 200\n");
@@ -51,6 +53,7 @@ sub set_conf
 }
 
 # Both kinds of worker show in pg_stat_activity.
+keep_relay_worker($node, 'postgres');
 my $postgres_pid = wait_for_worker('postgres');
 ok($postgres_pid, 'database postgres has a relay worker');
 is($node->safe_psql('postgres',
@@ -62,23 +65,21 @@ is($node->safe_psql('postgres',
 my $launcher_pid = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_tide launcher'");
 
-# A new database gets no worker until CREATE EXTENSION, then within seconds.
+# A new database gets no worker until CREATE EXTENSION and a pipeline, then
+# within seconds.
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 usleep(500_000);
 is(worker_pid('app'), '', 'a database without pg_tide has no worker');
 my $created_at = time();
 $node->safe_psql('app', 'CREATE EXTENSION pg_tide');
+keep_relay_worker($node, 'app');
 my $app_pid = wait_for_worker('app');
 my $took = time() - $created_at;
-cmp_ok($took, '<', 5, "CREATE EXTENSION started a worker (after ${took}s)");
+cmp_ok($took, '<', 5, "CREATE EXTENSION and a pipeline started a worker (after ${took}s)");
 
 # With an enabled pipeline, a publishing commit wakes the worker: its own
 # look is an hour away.
 $node->safe_psql('app', "SELECT tide.outbox_create('orders')");
-# A row the validator would refuse (written with triggers off), so that it
-# delivers nothing; it still counts as an enabled pipeline.
-$node->safe_psql('app', "SET session_replication_role = replica;
-	INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}')");
 usleep(600_000);	# a pass at the 200 ms naptime sees the pipeline
 set_conf('pg_tide.relay_naptime_ms', '1h');
 usleep(1_000_000);	# the worker takes the new naptime at its next slice
@@ -93,23 +94,18 @@ ok($node->poll_query_until('postgres',
 	'a publishing commit woke the worker');
 
 # Without an enabled pipeline there is nothing to deliver: the change of
-# the pipeline wakes the worker for one more pass, which sees it disabled;
-# after that, commits no longer wake the worker.
-usleep(300_000);
-my ($passes) = split /,/, $node->safe_psql('postgres', $counters);
+# the pipeline wakes the worker, which sees it disabled and leaves; a
+# publishing commit then starts none.
 $node->safe_psql('app', "UPDATE tide.relay_outbox_config SET enabled = false WHERE name = 'wake'");
-ok($node->poll_query_until('postgres',
-		"SELECT passes > $passes FROM tide.relay_workers() WHERE database = 'app'"),
-	'the change of the pipeline woke the worker for one more pass');
-usleep(300_000);
-$before = $node->safe_psql('postgres', $counters);
+ok(wait_for_no_worker('app'), 'disabling the last pipeline lets the worker go');
 $node->safe_psql('app', q{SELECT tide.outbox_publish('orders', '{"n": 3}')});
 usleep(500_000);
-is($node->safe_psql('postgres', $counters), $before,
-	'without an enabled pipeline a publishing commit does not wake the worker');
+is(worker_pid('app'), '', 'without an enabled pipeline a publishing commit starts no worker');
 set_conf('pg_tide.relay_naptime_ms', '200ms');
 
 # DROP EXTENSION is not blocked, and the worker leaves.
+$node->safe_psql('app', "UPDATE tide.relay_outbox_config SET enabled = true WHERE name = 'wake'");
+wait_for_worker('app');
 my ($ret, $out, $err) = $node->psql('app', 'DROP EXTENSION pg_tide', timeout => 30);
 is($ret, 0, 'DROP EXTENSION succeeds while the worker runs') or diag($err);
 ok(wait_for_no_worker('app'), 'DROP EXTENSION stops the worker');
@@ -117,6 +113,7 @@ ok(wait_for_no_worker('app'), 'DROP EXTENSION stops the worker');
 # ALTER DATABASE ... RENAME and DROP DATABASE succeed while a worker runs.
 $node->safe_psql('postgres', 'CREATE DATABASE doomed');
 $node->safe_psql('doomed', 'CREATE EXTENSION pg_tide');
+keep_relay_worker($node, 'doomed');
 wait_for_worker('doomed');
 ($ret, $out, $err) = $node->psql('postgres', 'ALTER DATABASE doomed RENAME TO doomed2');
 is($ret, 0, 'ALTER DATABASE RENAME succeeds while the worker runs') or diag($err);
@@ -125,6 +122,7 @@ is($ret, 0, 'DROP DATABASE succeeds right after') or diag($err);
 unlike($err, qr/being accessed by other users/, 'DROP DATABASE did not see the worker');
 $node->safe_psql('postgres', 'CREATE DATABASE doomed');
 $node->safe_psql('doomed', 'CREATE EXTENSION pg_tide');
+keep_relay_worker($node, 'doomed');
 wait_for_worker('doomed');
 ($ret, $out, $err) = $node->psql('postgres', 'DROP DATABASE doomed');
 is($ret, 0, 'DROP DATABASE of a database with a running worker succeeds') or diag($err);

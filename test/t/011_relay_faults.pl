@@ -204,6 +204,8 @@ sub duplicates
 }
 
 $node->safe_psql('postgres', "SELECT tide.outbox_create('orders')");
+# a database holds a worker only with an enabled pipeline (relay/on_demand.c)
+set_pipeline('/t1');
 ok(wait_until(sub { worker_pid('postgres') ne '' }, 10), 'database postgres has a relay worker');
 
 ###########################################################################
@@ -511,9 +513,9 @@ ok(wait_until(sub { worker_pid('postgres') ne '' }, 10), 'database postgres has 
 		$node->safe_psql('postgres', "CREATE DATABASE $db");
 		$node->safe_psql($db, 'CREATE EXTENSION pg_tide');
 		$node->safe_psql($db, "SELECT tide.outbox_create('orders')");
+		set_pipeline("/t8_$db", db => $db);
 		ok(defined wait_until(sub { worker_pid($db) ne '' }, 10), "test 8: database $db has a worker");
 		my $pid = worker_pid($db);
-		set_pipeline("/t8_$db", db => $db);
 		publish(300, $db);
 		ok(defined wait_until(sub { scalar(requests_at("/t8_$db")) >= 16 }, 20, 50_000),
 			"test 8: the $db worker is delivering");

@@ -141,10 +141,15 @@ $node->safe_psql('attack3', "SET ROLE owner3;
 	  . trap_body('owner3') =~ s/END;$/RETURN \$2 OPERATOR(pg_catalog.*) \$1::float8; END;/r . "\$\$;
 	CREATE OPERATOR public.* (LEFTARG = integer, RIGHTARG = interval, FUNCTION = public.trap_times)");
 # The worker starts with the extension; its first pass trims the attempt
-# log, which evaluates the operator once it has a row to look at.
+# log, which evaluates the operator once it has a row to look at. A row of
+# relay_outbox_config that delivers nothing (written with triggers off)
+# keeps the worker for its later passes: a database without an enabled
+# pipeline lets its worker go after the first (relay/on_demand.c).
 $node->safe_psql('attack3', "BEGIN; CREATE EXTENSION pg_tide;
 	INSERT INTO tide.relay_attempts (pipeline_id, outbox_name, message_id, attempt, status)
-	VALUES ('p', 'orders', 1, 1, 'success'); COMMIT");
+	VALUES ('p', 'orders', 1, 1, 'success');
+	SET LOCAL session_replication_role = replica;
+	INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}'); COMMIT");
 ok(wait_for_passes('attack3', 3), 'attack 3: the worker made its passes, the first one trimming');
 is(is_superuser('owner3'), 'f', 'attack 3: the database owner did not become superuser');
 is(trap_calls('attack3'), '0', 'attack 3: the worker never used the owner\'s * operator');

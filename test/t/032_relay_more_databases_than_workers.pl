@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until keep_relay_worker);
 
 my $node = tide_node('more_databases',
 	"pg_tide.relay_naptime_ms = 100\npg_tide.max_relay_workers = 1\n");
@@ -42,6 +42,8 @@ my $unserved = qr/LOG:  pg_tide relay has no worker for database "app": all 1 re
 my $hint = qr/HINT:  Raise pg_tide.max_relay_workers and max_worker_processes/;
 my $served_again = qr/LOG:  pg_tide relay has a worker for database "app" again/;
 
+# postgres holds a worker only with an enabled pipeline (relay/on_demand.c)
+keep_relay_worker($node, 'postgres');
 is(wait_for_state('postgres', 'serving'), 'serving', 'database postgres is served by the one worker');
 
 sql('postgres', 'CREATE DATABASE app');
@@ -80,6 +82,7 @@ ok( wait_until(
 		30),
 	'app has two workers with two slots');
 sql('postgres', 'CREATE EXTENSION pg_tide');
+keep_relay_worker($node, 'postgres');
 is(wait_for_state('postgres', 'serving'), 'serving', 'postgres is served too');
 is(sql('postgres', "SELECT string_agg(database || ':' || worker_index, ' ' ORDER BY database)
 					  FROM tide.relay_workers()"), 'app:0 postgres:0',

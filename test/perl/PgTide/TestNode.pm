@@ -10,7 +10,7 @@ use Time::HiRes qw(time usleep);
 use IO::Socket::INET;
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until disk_full unanswered_port);
+our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -26,6 +26,18 @@ sub tide_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
 	return $node;
+}
+
+# keep_relay_worker($node, $db): gives database $db an enabled pipeline, so
+# that it holds a relay worker (relay/on_demand.c): a row the validator
+# would refuse (written with triggers off), so that it delivers nothing,
+# and the wake-up the row's trigger would have asked for at commit.
+sub keep_relay_worker
+{
+	my ($node, $db) = @_;
+	$node->safe_psql($db, "SET session_replication_role = replica; BEGIN;
+		INSERT INTO tide.relay_outbox_config (name, config) VALUES ('wake', '{}');
+		SELECT tide._relay_wake_worker(); COMMIT");
 }
 
 # Waits until the sub returns true, at most $timeout seconds; returns the

@@ -1,0 +1,110 @@
+/*
+ * on_demand.c
+ *		Relay workers only where there is work: a worker whose database has
+ *		no enabled pipeline does the database's periodic jobs and leaves, so
+ *		that a database without pipelines holds no background worker slot at
+ *		rest.
+ *
+ * The launcher is connected to no database and cannot read a database's
+ * pipelines, so the workers tell it, and nothing is left without a worker:
+ *
+ * 1. After every server start (and launcher start) the launcher knows
+ *	  nothing and starts a worker for every database, as it always did; that
+ *	  worker reads the pipelines. With none enabled it runs the periodic jobs
+ *	  (partitions made ahead, the attempt-log trim, the sweep: they are due
+ *	  at a worker's first reading), looks once more (below), and leaves with
+ *	  RELAY_EXIT_IDLE.
+ * 2. A worker leaves idle only after a look that saw no enabled pipeline
+ *	  under a lock on relay_outbox_config (a look that cannot take the lock
+ *	  keeps the worker), and it records when that look began (looked_at,
+ *	  before its snapshot).
+ * 3. Every transaction that changes a pipeline (relay_set_outbox,
+ *	  relay_enable, a row written by hand: the row's trigger) asks the
+ *	  launcher, at its commit, to look at the database again (backend.c);
+ *	  the launcher then starts a worker for it at once. A recheck asked
+ *	  after a leaving worker's look began may not have been seen by that
+ *	  look: the launcher does not count that worker's exit as idle and
+ *	  starts another at once (launcher.c, launcher_note_idle).
+ * 4. An idle database gets a worker again after RelayIdleLookMs() for its
+ *	  periodic jobs; that look also catches anything the steps above could
+ *	  miss (a full request table falls back to looking at every database).
+ *
+ * Publishing never needs a worker: without a child table made ahead it
+ * writes into the parent table (src/partitions.c).
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "storage/lockdefs.h"
+#include "utils/timestamp.h"
+
+#include "pg_tide.h"
+#include "relay.h"
+
+/* How long a database without an enabled pipeline goes without a worker. */
+long
+RelayIdleLookMs(void)
+{
+	if (SweepIntervalSecs > 0)
+		return Min((long) SweepIntervalSecs * 1000L, (long) RELAY_IDLE_LOOK_MAX_MS);
+	return RELAY_IDLE_LOOK_MAX_MS;
+}
+
+/*
+ * Whether the database has no enabled pipeline, seen under a lock on
+ * relay_outbox_config; false when the lock cannot be had now, and while
+ * the catalog is not the library's version: that worker waits for ALTER
+ * EXTENSION pg_tide UPDATE and says so once (worker.c), and an older
+ * catalog's trigger may not ask the launcher to look again.
+ */
+static bool
+no_enabled_pipeline(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		none = false;
+	bool		isnull;
+	char	   *installed;
+
+	RelayBeginShortXact("pg_tide relay: looking for enabled pipelines");
+	installed = TideInstalledVersion();
+	if (installed != NULL && TideCompareVersions(installed, TIDE_CATALOG_VERSION) == 0 &&
+		RelayTryLockTable("relay_outbox_config", AccessShareLock))
+	{
+		if (SPI_execute_plan(TidePlan(&plan,
+									  "SELECT NOT EXISTS (SELECT FROM tide.relay_outbox_config WHERE enabled)",
+									  0, NULL),
+							 NULL, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read tide.relay_outbox_config");
+		none = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+	}
+	RelayEndShortXact(CurrentMemoryContext);
+	return none;
+}
+
+/*
+ * Called after each reading of the pipelines: records in the worker's slot
+ * whether the database has an enabled pipeline, and says whether the
+ * worker is to leave because it has none, nothing in flight and no sweep
+ * left unfinished (see the top of this file).
+ */
+bool
+RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight)
+{
+	TimestampTz looked_at;
+
+	SpinLockAcquire(&Relay->mutex);
+	slot->busy = any_enabled;
+	SpinLockRelease(&Relay->mutex);
+	if (any_enabled || in_flight > 0 || RelaySweepHasMore())
+		return false;
+
+	/* before the look's snapshot: a pipeline committed earlier is seen */
+	looked_at = GetCurrentTimestamp();
+	if (!no_enabled_pipeline())
+		return false;
+	SpinLockAcquire(&Relay->mutex);
+	slot->looked_at = looked_at;
+	SpinLockRelease(&Relay->mutex);
+	return true;
+}
