@@ -48,8 +48,8 @@ PG_FUNCTION_INFO_V1(tide_relay_wake_worker);
 PG_FUNCTION_INFO_V1(tide_relay_workers);
 
 /* Asks the launcher to look at a database again, soon. */
-static void
-request_recheck(Oid dboid)
+void
+RelayRequestRecheck(Oid dboid)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	RelayDbRequest *r;
@@ -98,7 +98,7 @@ relay_xact_callback(XactEvent event, void *arg)
 			if (recheck_pending)
 			{
 				recheck_pending = false;
-				request_recheck(MyDatabaseId);
+				RelayRequestRecheck(MyDatabaseId);
 			}
 			if (wake_pending)
 			{
@@ -107,7 +107,7 @@ relay_xact_callback(XactEvent event, void *arg)
 				WakeDatabase(MyDatabaseId);
 				wake_workers(MyDatabaseId);
 				/* a database without a worker (none enabled before) gets one */
-				request_recheck(MyDatabaseId);
+				RelayRequestRecheck(MyDatabaseId);
 			}
 			break;
 		case XACT_EVENT_ABORT:

@@ -242,6 +242,9 @@ extern RelayShared *Relay;
 extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
 extern RelayDbRequest *RelayFindRequest(Oid dboid, bool create, TimestampTz now);
 extern void RelayWakeLauncher(void);
+
+/* backend.c: asks the launcher to look at a database again, soon */
+extern void RelayRequestRecheck(Oid dboid);
 extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
 
 /* json_text.c: jsonb as jsonb_out's text, in cxt */

@@ -55,6 +55,7 @@
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "storage/ipc.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -66,6 +67,24 @@
 
 /* This session holds the restore lock. */
 static bool holds_restore_lock = false;
+/* restore_session_exit is registered. */
+static bool exit_callback_registered = false;
+
+/*
+ * At the end of a session that held the restore lock: the launcher looks
+ * at the database again. The restore loaded the pipelines' rows with
+ * their triggers off (RelayBeginRestoreCopy), so no commit asked for a
+ * worker, and a database without an enabled pipeline has none
+ * (on_demand.c); runs before the session's locks are released, and a
+ * worker that comes while another session of the restore holds the lock
+ * waits for it with the pipelines it found.
+ */
+static void
+restore_session_exit(int code, Datum arg)
+{
+	if (holds_restore_lock && OidIsValid(MyDatabaseId))
+		RelayRequestRecheck(MyDatabaseId);
+}
 
 /* The table of the COPY that RelayBeginRestoreCopy let skip its triggers. */
 static Oid	restore_copy_relid = InvalidOid;
@@ -114,8 +133,12 @@ RelayNoteSessionSetting(Node *parsetree)
 	int			off;
 
 	/* DISCARD ALL released every advisory lock of the session */
-	if (IsA(parsetree, DiscardStmt) && ((DiscardStmt *) parsetree)->target == DISCARD_ALL)
+	if (IsA(parsetree, DiscardStmt) && ((DiscardStmt *) parsetree)->target == DISCARD_ALL &&
+		holds_restore_lock)
+	{
 		holds_restore_lock = false;
+		RelayRequestRecheck(MyDatabaseId);
+	}
 	if (!IsA(parsetree, VariableSetStmt) || !OidIsValid(MyDatabaseId) || !superuser())
 		return;
 	off = sets_function_bodies_off((VariableSetStmt *) parsetree);
@@ -123,9 +146,19 @@ RelayNoteSessionSetting(Node *parsetree)
 		return;
 	restore_tag(&tag);
 	if (off == 1)
+	{
+		if (!exit_callback_registered)
+		{
+			before_shmem_exit(restore_session_exit, (Datum) 0);
+			exit_callback_registered = true;
+		}
 		(void) LockAcquire(&tag, ShareLock, true, false);
+	}
 	else
+	{
 		LockRelease(&tag, ShareLock, true);
+		RelayRequestRecheck(MyDatabaseId);
+	}
 	holds_restore_lock = off == 1;
 }
 
