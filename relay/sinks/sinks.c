@@ -127,9 +127,9 @@ RelaySinkLoad(const char *name)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("sink type \"%s\" is not available on this server", name),
 				 errdetail("%s.", error),
-				 errhint("Install Debian's %s, and pg_tide built where %s is installed (its make builds %s%s), then set the pipeline again.",
-						 sink_types[i].library_package, sink_types[i].dev_package,
-						 sink_types[i].module, DLSUFFIX)));
+				 errhint("Install the package postgresql-%s-pg-tide-%s (it brings Debian's %s), or build pg_tide where %s is installed (its make builds %s%s); then set the pipeline again.",
+						 PG_MAJORVERSION, sink_types[i].name, sink_types[i].library_package,
+						 sink_types[i].dev_package, sink_types[i].module, DLSUFFIX)));
 	return loaded[i];
 }
 
