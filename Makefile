@@ -163,6 +163,30 @@ relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell $(PKG_CONFI
 pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
 	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell $(PKG_CONFIG) --libs $(call broker_pc,$*))
 
+# The postgres endpoint (relay/endpoints/postgres/): pg_tide_postgres.so,
+# another pg_tide database reached over libpq, built like a broker's module
+# where libpq's pkg-config file (Debian's libpq-dev) is installed; sinks.c
+# loads it when a pipeline names sink type "postgres".
+POSTGRES_ENDPOINT_OBJS = relay/endpoints/postgres/config.o relay/endpoints/postgres/client.o \
+	relay/endpoints/postgres/sink.o
+HAVE_LIBPQ := $(if $(HAVE_PKG_CONFIG),$(shell $(PKG_CONFIG) --exists libpq && echo y))
+EXTRA_CLEAN += pg_tide_postgres$(DLSUFFIX) $(POSTGRES_ENDPOINT_OBJS)
+.PHONY: postgres-endpoint-report install-postgres-endpoint
+ifeq ($(HAVE_LIBPQ),y)
+all: pg_tide_postgres$(DLSUFFIX)
+install: install-postgres-endpoint
+else
+all: postgres-endpoint-report
+endif
+postgres-endpoint-report:
+	@echo "WARNING: pg_tide: the postgres endpoint (pg_tide_postgres$(DLSUFFIX)) is not built: $(PKG_CONFIG) finds no libpq.pc: install Debian's pkgconf and libpq-dev" >&2
+install-postgres-endpoint: pg_tide_postgres$(DLSUFFIX)
+	$(INSTALL_SHLIB) pg_tide_postgres$(DLSUFFIX) '$(DESTDIR)$(pkglibdir)/'
+$(POSTGRES_ENDPOINT_OBJS): $(wildcard src/*.h relay/*.h relay/endpoints/postgres/*.h)
+$(POSTGRES_ENDPOINT_OBJS): override CPPFLAGS += -I$(srcdir)/relay/endpoints/postgres $(shell $(PKG_CONFIG) --cflags libpq 2>/dev/null)
+pg_tide_postgres$(DLSUFFIX): $(POSTGRES_ENDPOINT_OBJS)
+	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell $(PKG_CONFIG) --libs libpq)
+
 # The redis sink's tests read streams with a real client (test/brokers/redis_read.c).
 test/brokers/redis_read: test/brokers/redis_read.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs hiredis) -lcjson

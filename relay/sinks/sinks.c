@@ -39,6 +39,7 @@ static const SinkType sink_types[] = {
 	{"redis", NULL, "pg_tide_redis", "libhiredis0.14", "libhiredis-dev"},
 	{"rabbitmq", NULL, "pg_tide_rabbitmq", "librabbitmq4", "librabbitmq-dev"},
 	{"mqtt", NULL, "pg_tide_mqtt", "libmosquitto1", "libmosquitto-dev"},
+	{"postgres", NULL, "pg_tide_postgres", "libpq5", "libpq-dev"},
 };
 
 /* The routines of the modules loaded so far in this process, by index. */

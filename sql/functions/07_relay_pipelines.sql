@@ -42,8 +42,8 @@ GRANT EXECUTE ON FUNCTION tide._relay_secret_header(text) TO tide_admin;
 -- The config with secrets replaced by "********": signing_secret, the
 -- values of headers marked {"secret": true}, the values of headers
 -- whose name says they carry a credential (tide._relay_secret_header),
--- and the string members of a broker's "auth" object whose name says so
--- (password, token, ...).
+-- the string members of a broker's "auth" object whose name says so
+-- (password, token, ...), and the postgres endpoint's "password".
 -- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
 -- names, not secrets.
 CREATE OR REPLACE FUNCTION tide._relay_redact(p_config jsonb)
@@ -79,6 +79,8 @@ AS $$
 								 THEN '"********"' ELSE value END)
 					  FROM jsonb_each(p_config -> 'auth')), '{}'))
 		   ELSE '{}' END
+		|| CASE WHEN jsonb_typeof(p_config -> 'password') = 'string'
+				THEN '{"password": "********"}'::jsonb ELSE '{}' END
 $$
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_redact(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
