@@ -1,0 +1,214 @@
+# The postgres sink: a forward pipeline writing an outbox into the inbox of
+# another pg_tide database over libpq (relay/endpoints/postgres/), with two
+# real clusters, the remote reached over TCP on 127.0.0.1 as a role that
+# authenticates with a password (SCRAM), given as a secret reference.
+#
+#  1. Delivery: every message is in the remote inbox once, its event id the
+#     message's identity outbox_<outbox>:<id>, its source the pipeline's
+#     name, payload and headers as published.
+#  2. The remote down (stopped): the pipeline is held with class
+#     connection, nothing is dead-lettered or queued for retry, the log
+#     gets a line when it starts, not one per attempt; once the remote is
+#     back everything arrives by itself.
+#  3. Exactly once under faults: thousands of messages while the test
+#     kills -9 the local postmaster, kills -9 the remote one and
+#     terminates the relay worker (SIGTERM), at random moments: afterwards
+#     every message is in the remote inbox, once, and nothing else is.
+#  4. A message's own refusal: event_id_header names a header some
+#     messages lack, and the remote refuses payloads over its
+#     pg_tide.max_payload_bytes; those messages alone are dead-lettered
+#     (classes refused and too_large), the others of their batch arrive.
+#  5. A remote that does not ask for the password (trust) is refused with
+#     class auth: the relay never connects as someone without the password.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode qw(tide_node wait_until);
+use JSON::PP;
+use Time::HiRes qw(time usleep);
+
+my $t0 = time();
+my $json = JSON::PP->new->canonical;
+
+# The remote: TCP on 127.0.0.1, role relay with a password, inbox payments.
+my $remote = tide_node('remote', "listen_addresses = '127.0.0.1'\npg_tide.relay_enabled = off\n"
+	  . "pg_tide.max_payload_bytes = 2000\nlog_statement = none\n");
+my $rport = $remote->port;
+$remote->safe_psql('postgres', q{
+	CREATE ROLE relay LOGIN PASSWORD 'relay-secret' IN ROLE tide_consumer;
+	SELECT tide.inbox_create('payments');
+	SELECT tide.inbox_create('refusals');
+	SELECT tide.inbox_create('trusting');
+	GRANT CREATE ON SCHEMA public TO relay});
+open my $hba, '>', $remote->data_dir . '/pg_hba.conf' or die $!;
+print $hba "local all all trust\nhost all relay 127.0.0.1/32 scram-sha-256\nhost all trusted 127.0.0.1/32 trust\n";
+close $hba;
+$remote->reload;
+
+# The local node reads the password from its environment.
+$ENV{PG_TIDE_REMOTE_PASSWORD} = 'relay-secret';
+my $node = tide_node('local', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+sub rsql { return $remote->safe_psql('postgres', $_[0]) }
+
+my $retry = { base_ms => 20, cap_ms => 500, max_attempts => 100 };
+
+sub set_pipeline
+{
+	my ($name, $inbox, %cfg) = @_;
+	my $c = $json->encode({ sink_type => 'postgres', inbox => $inbox,
+		connection => "host=127.0.0.1 port=$rport dbname=postgres user=relay",
+		password => { env => 'PG_TIDE_REMOTE_PASSWORD' },
+		connect_timeout_ms => 2000, statement_timeout_ms => 5000, retry => $retry, %cfg });
+	sql("SELECT tide.outbox_create('$name')");
+	sql("SELECT tide.relay_set_outbox('$name', '$name', '$name', '$c'::jsonb)");
+}
+
+sub publish
+{
+	my ($outbox, $n, $node_) = @_;
+	return split /\n/, ($node_ // $node)->safe_psql('postgres',
+		"SELECT tide.outbox_publish('$outbox', jsonb_build_object('n', g), '{\"type\": \"t\"}') FROM generate_series(1, $n) g");
+}
+
+# Ids of outbox $outbox in inbox $inbox of the remote => times present.
+sub received
+{
+	my ($inbox, $outbox) = @_;
+	my %seen;
+	for (split /\n/, rsql("SELECT event_id FROM tide.${inbox}_inbox"))
+	{
+		$seen{$1}++ if /^outbox_\Q$outbox\E:(\d+)$/;
+	}
+	return \%seen;
+}
+
+sub rcount { return rsql("SELECT count(*) FROM tide.$_[0]_inbox WHERE source = '$_[1]'") }
+
+sub health
+{
+	return sql("SELECT coalesce(last_error_class, '') FROM tide.relay_pipeline_health WHERE pipeline_id = '$_[0]'");
+}
+
+###########################################################################
+# 1. Delivery
+###########################################################################
+{
+	set_pipeline('p1', 'payments');
+	my @ids = publish('p1', 300);
+	ok(defined wait_until(sub { rcount('payments', 'p1') >= 300 }, 30, 50_000), 'test 1: 300 messages arrive');
+	my $seen = received('payments', 'p1');
+	is(scalar(grep { ($seen->{$_} // 0) != 1 } @ids), 0, 'test 1: each message once, its event id outbox_p1:<id>');
+	is(rsql("SELECT count(DISTINCT payload ->> 'n') FROM tide.payments_inbox
+			  WHERE source = 'p1' AND headers = '{\"type\": \"t\"}' AND (payload ->> 'n')::int BETWEEN 1 AND 300"), '300',
+		'test 1: payloads and headers as published, source the pipeline');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'p1'"), '0', 'test 1: nothing is dead-lettered');
+}
+
+###########################################################################
+# 2. The remote down
+###########################################################################
+{
+	$remote->stop('immediate');
+	my $log_at = -s $node->logfile;
+	my @ids = publish('p1', 200);
+	ok(defined wait_until(sub { health('p1') eq 'connection' }, 20), 'test 2: the remote down is class connection');
+	isnt(sql("SELECT coalesce(held_reason, '') FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'"), '',
+		'test 2: the pipeline is held');
+	my $attempts0 = sql("SELECT consecutive_failures FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'");
+	usleep(4_000_000);
+	my $attempts = sql("SELECT consecutive_failures FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'");
+	cmp_ok($attempts, '>', $attempts0, "test 2: it kept trying ($attempts0 then $attempts failures)");
+	my $log = slurp_file($node->logfile, $log_at);
+	my $lines = () = $log =~ /p1/g;
+	note("test 2: $lines log lines name the pipeline during $attempts failed attempts");
+	cmp_ok($lines, '<=', 6, 'test 2: the log is not flooded');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'p1'"), '0', 'test 2: nothing is dead-lettered');
+	is(sql("SELECT count(*) FROM tide.relay_retry_queue WHERE pipeline_id = 'p1'"), '0', 'test 2: nothing is queued for retry');
+	$remote->start;
+	ok(defined wait_until(sub { rcount('payments', 'p1') >= 500 }, 30, 100_000), 'test 2: once the remote is back everything arrives');
+	my $seen = received('payments', 'p1');
+	is(scalar(grep { !$seen->{$_} } @ids), 0, 'test 2: none lost');
+	ok(defined wait_until(sub { sql("SELECT held_reason IS NULL FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'") eq 't' }, 20),
+		'test 2: the pipeline is no longer held');
+}
+
+###########################################################################
+# 3. Exactly once under kills on both sides and worker restarts
+###########################################################################
+{
+	set_pipeline('p3', 'payments', batch_size => 200);
+	my @ids;
+	my %faults = (local => 0, remote => 0, worker => 0);
+	srand(62);
+	my $until = time() + 25;
+	while (time() < $until)
+	{
+		push @ids, publish('p3', 250);
+		usleep(int(rand(700_000)));
+		my $what = (qw(local remote worker))[ int(rand(3)) ];
+		if ($what eq 'local' || $what eq 'remote')
+		{
+			my $n = $what eq 'local' ? $node : $remote;
+			$n->kill9;
+			# (a start fails while the old server's processes still hold its
+			# shared memory; the node then believes it runs, so it is told otherwise)
+			defined wait_until(sub { $n->{_pid} = undef; $n->start(fail_ok => 1) }, 30, 200_000)
+			  or BAIL_OUT("$what does not start again after kill -9");
+		}
+		else
+		{
+			sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker'");
+		}
+		$faults{$what}++;
+	}
+	note(sprintf('test 3: %d messages, faults: %d local kill -9, %d remote kill -9, %d worker SIGTERM',
+		scalar(@ids), @faults{qw(local remote worker)}));
+	cmp_ok(scalar(@ids), '>=', 1000, 'test 3: thousands of messages published among the faults');
+	ok(defined wait_until(sub { rcount('payments', 'p3') >= @ids }, 60, 200_000), 'test 3: everything arrives after the faults');
+	my $seen = received('payments', 'p3');
+	is(scalar(grep { ($seen->{$_} // 0) != 1 } @ids), 0, 'test 3: every message is in the remote inbox once');
+	is(rcount('payments', 'p3'), scalar(@ids), 'test 3: and nothing else');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'p3'"), '0', 'test 3: nothing is dead-lettered');
+}
+
+###########################################################################
+# 4. A message's own refusal
+###########################################################################
+{
+	set_pipeline('p4', 'refusals', event_id_header => 'eid', retry => { base_ms => 20, cap_ms => 100, max_attempts => 2 });
+	my @ok = split /\n/, sql("SELECT tide.outbox_publish('p4', jsonb_build_object('n', g), jsonb_build_object('eid', 'ev-' || g))
+							   FROM generate_series(1, 20) g");
+	my ($no_header) = split /\n/, sql("SELECT tide.outbox_publish('p4', '{\"n\": 0}', '{\"other\": 1}')");
+	my ($too_large) = split /\n/, sql("SELECT tide.outbox_publish('p4', jsonb_build_object('big', repeat('x', 3000)), '{\"eid\": \"ev-big\"}')");
+	my @more = split /\n/, sql("SELECT tide.outbox_publish('p4', jsonb_build_object('n', g), jsonb_build_object('eid', 'ev-' || g))
+								FROM generate_series(21, 30) g");
+	ok(defined wait_until(sub { sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'p4'") == 2 }, 30),
+		'test 4: two messages are dead-lettered');
+	ok(defined wait_until(sub { rcount('refusals', 'p4') == 30 }, 20), 'test 4: the 30 others arrive');
+	is(rsql("SELECT string_agg(event_id, ',' ORDER BY split_part(event_id, '-', 2)::int) FROM tide.refusals_inbox"),
+		join(',', map { "ev-$_" } 1 .. 30), 'test 4: with the event ids their header gives');
+	is(sql("SELECT string_agg(message_id || ':' || last_error_class, ',' ORDER BY message_id) FROM tide.relay_dlq WHERE pipeline_id = 'p4'"),
+		"$no_header:refused,$too_large:too_large", 'test 4: the one without the header refused, the large one too_large');
+}
+
+###########################################################################
+# 5. A remote that does not ask for the password
+###########################################################################
+{
+	rsql("CREATE ROLE trusted LOGIN PASSWORD 'x' IN ROLE tide_consumer");
+	set_pipeline('p5', 'trusting', connection => "host=127.0.0.1 port=$rport dbname=postgres user=trusted");
+	publish('p5', 3);
+	ok(defined wait_until(sub { health('p5') eq 'auth' }, 20), 'test 5: a server that did not ask for the password is class auth');
+	like(sql("SELECT last_error FROM tide.relay_pipeline_health WHERE pipeline_id = 'p5'"), qr/did not ask for the configured password/,
+		'test 5: the error says why');
+	is(rsql("SELECT count(*) FROM tide.trusting_inbox"), '0', 'test 5: nothing is written as that role');
+}
+
+note(sprintf('took %.1f s', time() - $t0));
+done_testing();
