@@ -22,6 +22,12 @@
  *	  whenever the socket is writable, PQconsumeInput reads whenever it is
  *	  readable, and the answer is taken once PQisBusy says it is whole.
  *
+ * 5. A pipeline whose config refers to secrets is closed and opened again
+ *	  at each reading of the pipelines (a secret may have changed): its
+ *	  idle connection is parked on close and taken again by an open with
+ *	  the same parameters (password included), so that a reading costs no
+ *	  new connection; one parked for a minute is closed.
+ *
  * Nothing here blocks or raises an ERROR: it runs from the loop's event
  * dispatch (events.c) and from the sink's progress, with no transaction
  * open. A failure is noted (class, why, `failed`, which the owner clears
@@ -32,6 +38,7 @@
 
 #include <sys/epoll.h>
 
+#include "lib/stringinfo.h"
 #include "utils/timestamp.h"
 
 #include "config_value.h"
@@ -39,6 +46,20 @@
 
 /* The most keywords a connection passes: the string's and ours. */
 #define REMOTE_MAX_KEYWORDS 40
+
+/* Parked connections: how many at most, and for how long. */
+#define REMOTE_PARKED_MAX 16
+#define REMOTE_PARKED_MS 60000
+
+/* A connection parked by RemoteClientClose, for an open with the same parameters. */
+typedef struct ParkedConnection
+{
+	PGconn	   *conn;			/* NULL: a free slot */
+	char	   *key;			/* malloc'd: the parameters it was made with */
+	TimestampTz since;
+} ParkedConnection;
+
+static ParkedConnection parked[REMOTE_PARKED_MAX];
 
 static void client_fd_ready(int fd, uint32 events, void *arg);
 static void start_connect(RemoteClient *c);
@@ -108,7 +129,82 @@ RemoteClientInit(RemoteClient *c, const cJSON *config, char **error)
 	c->keywords[n] = NULL;
 	c->connect_timeout_ms = RelayConfigIntOr(config, "connect_timeout_ms", 10000);
 	c->statement_timeout_ms = RelayConfigIntOr(config, "statement_timeout_ms", 30000);
+	{
+		StringInfoData key;
+
+		initStringInfo(&key);
+		appendStringInfo(&key, "%d", c->statement_timeout_ms);
+		for (int i = 0; c->keywords[i]; i++)
+			if (c->values[i] != NULL)
+				appendStringInfo(&key, "\x1f%s=%s", c->keywords[i], c->values[i]);
+		c->key = key.data;
+	}
 	return true;
+}
+
+/* Closes the parked connections older than REMOTE_PARKED_MS. */
+static void
+unpark_stale(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < REMOTE_PARKED_MAX; i++)
+		if (parked[i].conn != NULL &&
+			TimestampDifferenceExceeds(parked[i].since, now, REMOTE_PARKED_MS))
+		{
+			PQfinish(parked[i].conn);
+			free(parked[i].key);
+			parked[i].conn = NULL;
+			parked[i].key = NULL;
+		}
+}
+
+/* Parks an idle connection; false when there is no room (it is then closed by the caller). */
+static bool
+park(RemoteClient *c)
+{
+	unpark_stale();
+	for (int i = 0; i < REMOTE_PARKED_MAX; i++)
+		if (parked[i].conn == NULL)
+		{
+			parked[i].key = strdup(c->key);
+			if (parked[i].key == NULL)
+				return false;
+			parked[i].conn = c->conn;
+			parked[i].since = GetCurrentTimestamp();
+			return true;
+		}
+	return false;
+}
+
+/*
+ * Takes a parked connection made with the client's parameters that is
+ * still open and idle; false when there is none.
+ */
+static bool
+unpark(RemoteClient *c)
+{
+	unpark_stale();
+	for (int i = 0; i < REMOTE_PARKED_MAX; i++)
+	{
+		PGconn	   *conn = parked[i].conn;
+
+		if (conn == NULL || strcmp(parked[i].key, c->key) != 0)
+			continue;
+		free(parked[i].key);
+		parked[i].conn = NULL;
+		parked[i].key = NULL;
+		/* reads what came meanwhile: the server's end, say */
+		if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK || PQisBusy(conn) ||
+			PQtransactionStatus(conn) != PQTRANS_IDLE)
+		{
+			PQfinish(conn);
+			continue;
+		}
+		c->conn = conn;
+		return true;
+	}
+	return false;
 }
 
 /* Notes a failure for the owner and drops the connection. */
@@ -374,7 +470,12 @@ start_connect(RemoteClient *c)
 void
 RemoteClientConnect(RemoteClient *c)
 {
-	if (c->state == REMOTE_DOWN)
+	if (c->state == REMOTE_DOWN && unpark(c))
+	{
+		c->state = REMOTE_READY;
+		watch(c, EPOLLIN);
+	}
+	else if (c->state == REMOTE_DOWN)
 		start_connect(c);
 	else if (c->state == REMOTE_LOOKING_UP)
 		c->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->connect_timeout_ms);
@@ -453,6 +554,12 @@ void
 RemoteClientClose(RemoteClient *c)
 {
 	c->notify = NULL;
+	if (c->state == REMOTE_READY && c->result == NULL && park(c))
+	{
+		RelayEventsUnwatch(c->watch);
+		c->watch = NULL;
+		c->conn = NULL;
+	}
 	RemoteClientDrop(c);
 	RelayLookupEnd(c->lookup);
 	c->lookup = NULL;

@@ -59,6 +59,7 @@ typedef struct RemoteClient
 	bool		password_given; /* then the server must have asked for it */
 	int			connect_timeout_ms;
 	int			statement_timeout_ms;
+	char	   *key;			/* the parameters, to find a parked connection */
 
 	PGconn	   *conn;
 	RemoteState state;
