@@ -30,8 +30,8 @@ tide_packages() {
 		libmicrohttpd-dev libpg-query-dev $(tide_broker_packages)
 }
 
-# The broker sinks' client libraries (the Makefile builds a sink's module
-# only where its library is installed) and the brokers their tests start;
+# The broker sinks' client libraries and libpq's (the Makefile builds a
+# sink's module only where its library is installed) and the brokers their tests start;
 # iproute2's ip brings up the loopback of TAP 047's network namespace; the
 # brokers' own clients that docs/sinks/local.md reads with (TAP 059).
 tide_broker_packages() {
