@@ -2,7 +2,7 @@
 -- pg_tide database's inbox over libpq. Each refusal has SQLSTATE 22023
 -- (42501 for a file the role may not have the relay read), a message
 -- naming the key and a hint; a valid config is stored with its defaults
--- and its password shown as ********. TAP test 061 delivers.
+-- and its password shown as ********. TAP test 068 delivers.
 \set VERBOSITY default
 \i test/sql/include/try.sql
 
