@@ -131,6 +131,9 @@ sub health
 	my $log_at = -s $node->logfile;
 	my @ids = publish('p1', 200);
 	ok(defined wait_until(sub { health('p1') eq 'connection' }, 20), 'test 2: the remote down is class connection');
+	like(sql("SELECT last_error FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'"),
+		qr/^connection: (could not connect to the remote database: .*refused|the connection to the remote database was lost: .*(server|terminat))/i,
+		'test 2: the error says what libpq said');
 	isnt(sql("SELECT coalesce(held_reason, '') FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'"), '',
 		'test 2: the pipeline is held');
 	my $attempts0 = sql("SELECT consecutive_failures FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'");

@@ -213,10 +213,11 @@ fail(RemoteClient *c, const char *cls, const char *fmt, const char *detail)
 {
 	char		raw[512];
 
+	/* detail may be libpq's message, which the drop frees */
+	snprintf(raw, sizeof(raw), fmt, detail ? detail : "unknown error");
 	RemoteClientDrop(c);
 	c->failed = true;
 	strlcpy(c->fail_class, cls, sizeof(c->fail_class));
-	snprintf(raw, sizeof(raw), fmt, detail ? detail : "unknown error");
 	/* libpq's messages end with a line break */
 	raw[strcspn(raw, "\n")] = '\0';
 	RelayCleanText(c->fail_error, sizeof(c->fail_error), raw, strlen(raw));
