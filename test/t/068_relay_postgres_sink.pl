@@ -21,6 +21,8 @@
 #     (classes refused and too_large), the others of their batch arrive.
 #  5. A remote that does not ask for the password (trust) is refused with
 #     class auth: the relay never connects as someone without the password.
+#  6. The remote ends the relay's session while a batch is in flight: the
+#     error says what the remote said, and the message arrives after all.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -224,6 +226,29 @@ sub health
 	like(sql("SELECT last_error FROM tide.relay_pipeline_health WHERE pipeline_id = 'p5'"), qr/did not ask for the configured password/,
 		'test 5: the error says why');
 	is(rsql("SELECT count(*) FROM tide.trusting_inbox"), '0', 'test 5: nothing is written as that role');
+}
+
+###########################################################################
+# 6. The remote session ends while a batch is in flight
+###########################################################################
+{
+	# the remote's inserts take a while, and its session is ended meanwhile
+	rsql(q{CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+		CREATE TRIGGER slow BEFORE INSERT ON tide.payments_inbox FOR EACH STATEMENT EXECUTE FUNCTION public.slow()});
+	my $failed_before = sql("SELECT coalesce(last_failure_at::text, '') FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'");
+	my @ids = publish('p1', 1);
+	ok(defined wait_until(sub { rsql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_tide relay'
+									   AND query LIKE '%inbox_receive_batch%' AND state = 'active'") > 0 }, 20),
+		'test 6: the batch is in flight on the remote');
+	rsql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pg_tide relay'");
+	ok(defined wait_until(sub { sql("SELECT coalesce(last_failure_at::text, '') FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'")
+		  ne $failed_before }, 20), 'test 6: the batch fails');
+	like(sql("SELECT last_error FROM tide.relay_pipeline_health WHERE pipeline_id = 'p1'"),
+		qr/^connection: the connection to the remote database was lost: .*terminating connection due to administrator command/,
+		'test 6: the error says what the remote said');
+	rsql("DROP TRIGGER slow ON tide.payments_inbox");
+	ok(defined wait_until(sub { received('payments', 'p1')->{ $ids[0] } }, 20), 'test 6: the message arrives after all');
 }
 
 note(sprintf('took %.1f s', time() - $t0));
