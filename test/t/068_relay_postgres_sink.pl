@@ -31,29 +31,25 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::Remote;
 use JSON::PP;
 use Time::HiRes qw(time usleep);
 
 my $t0 = time();
 my $json = JSON::PP->new->canonical;
 
-# The remote: TCP on 127.0.0.1, role relay with a password, inbox payments.
-my $remote = tide_node('remote', "listen_addresses = '127.0.0.1'\npg_tide.relay_enabled = off\n"
-	  . "pg_tide.max_payload_bytes = 2000\nlog_statement = none\nlog_connections = on\n");
+# The remote: TCP on 127.0.0.1, role relay with a password, inbox payments;
+# role trusted logs in without one.
+my $remote = remote_node('remote', "pg_tide.max_payload_bytes = 2000\nlog_connections = on\n",
+	'host all trusted 127.0.0.1/32 trust');
 my $rport = $remote->port;
 $remote->safe_psql('postgres', q{
-	CREATE ROLE relay LOGIN PASSWORD 'relay-secret' IN ROLE tide_consumer;
 	SELECT tide.inbox_create('payments');
 	SELECT tide.inbox_create('refusals');
-	SELECT tide.inbox_create('trusting');
-	GRANT CREATE ON SCHEMA public TO relay});
-open my $hba, '>', $remote->data_dir . '/pg_hba.conf' or die $!;
-print $hba "local all all trust\nhost all relay 127.0.0.1/32 scram-sha-256\nhost all trusted 127.0.0.1/32 trust\n";
-close $hba;
-$remote->reload;
+	SELECT tide.inbox_create('trusting')});
 
 # The local node reads the password from its environment.
-$ENV{PG_TIDE_REMOTE_PASSWORD} = 'relay-secret';
+$ENV{PG_TIDE_REMOTE_PASSWORD} = $PgTide::Remote::PASSWORD;
 my $node = tide_node('local', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -162,31 +158,9 @@ sub health
 {
 	set_pipeline('p3', 'payments', batch_size => 200);
 	my @ids;
-	my %faults = (local => 0, remote => 0, worker => 0);
-	srand(62);
-	my $until = time() + 25;
-	while (time() < $until)
-	{
-		push @ids, publish('p3', 250);
-		usleep(int(rand(700_000)));
-		my $what = (qw(local remote worker))[ int(rand(3)) ];
-		if ($what eq 'local' || $what eq 'remote')
-		{
-			my $n = $what eq 'local' ? $node : $remote;
-			$n->kill9;
-			# (a start fails while the old server's processes still hold its
-			# shared memory; the node then believes it runs, so it is told otherwise)
-			defined wait_until(sub { $n->{_pid} = undef; $n->start(fail_ok => 1) }, 30, 200_000)
-			  or BAIL_OUT("$what does not start again after kill -9");
-		}
-		else
-		{
-			sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker'");
-		}
-		$faults{$what}++;
-	}
+	my $faults = random_faults(25, 62, sub { push @ids, publish('p3', 250) }, $node, $remote);
 	note(sprintf('test 3: %d messages, faults: %d local kill -9, %d remote kill -9, %d worker SIGTERM',
-		scalar(@ids), @faults{qw(local remote worker)}));
+		scalar(@ids), @$faults{qw(local remote worker)}));
 	cmp_ok(scalar(@ids), '>=', 1000, 'test 3: thousands of messages published among the faults');
 	ok(defined wait_until(sub { rcount('payments', 'p3') >= @ids }, 60, 200_000), 'test 3: everything arrives after the faults');
 	my $seen = received('payments', 'p3');
