@@ -19,6 +19,7 @@
 #include "utils/jsonb.h"
 
 #include "filter.h"
+#include "log_repeat.h"
 #include "relay_init.h"
 #include "sink.h"
 
@@ -135,26 +136,6 @@ typedef enum RelayBreakerState
 	RELAY_BREAKER_OPEN,
 	RELAY_BREAKER_HALF_OPEN
 } RelayBreakerState;
-
-/*
- * A condition of a pipeline that repeats while it lasts (a hold, turns that
- * end in an ERROR, a breaker that opens), as the log tells it (log_repeat.c).
- */
-typedef struct RelayRepeat
-{
-	TimestampTz since;			/* when it started; 0: it is not going on */
-	TimestampTz logged_at;		/* its last line */
-	int64		times;			/* how often it happened since it started */
-	int64		unlogged;		/* how often since its last line, not logged */
-} RelayRepeat;
-
-/* What the log says of one more time of a condition (log_repeat.c). */
-typedef enum RelayRepeatLine
-{
-	RELAY_REPEAT_QUIET,			/* nothing: a line was written less than a minute ago */
-	RELAY_REPEAT_FIRST,			/* that it starts */
-	RELAY_REPEAT_AGAIN			/* that it goes on, with how often since the last line */
-} RelayRepeatLine;
 
 /* A pipeline's rate limit and breaker, in the worker's memory (pacing.c). */
 typedef struct RelayPacing
@@ -280,10 +261,6 @@ extern bool RelaySweepHasMore(void);
 extern bool RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight);
 extern long RelayIdleLookMs(void);
 
-/* log_repeat.c */
-extern RelayRepeatLine RelayRepeatNote(RelayRepeat *r, int64 *unlogged);
-extern bool RelayRepeatEnd(RelayRepeat *r, int64 *times, TimestampTz *since);
-
 /* worker_memory.c */
 extern void RelayKeepFreedMemory(void);
 extern void RelayReturnMemoryWhenIdle(int in_flight, long *timeout);
@@ -356,6 +333,7 @@ extern void RelayAbortShortXact(void);
 extern void RelayBeginXactGroup(void);
 extern void RelayEndXactGroup(void);
 extern bool RelayTryLockTable(const char *relname, LOCKMODE mode);
+extern void RelayAfterCommitAborted(void);
 
 /* pipelines.c */
 /* Whether the caller's reading of pipeline `name` has config md5 `md5` and can be kept. */
