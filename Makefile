@@ -20,6 +20,10 @@ OBJS = \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
+	relay/engine.o \
+	relay/units.o \
+	relay/flows.o \
+	relay/flow_forward.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \

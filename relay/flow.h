@@ -74,6 +74,7 @@ struct RelayUnit;
  */
 typedef struct RelayUnitReading
 {
+	const struct RelayFlowRoutine *flow;	/* set by the engine */
 	const char *name;			/* the unit's name: unique within its flow */
 	const char *config_md5;		/* tells a changed row, which is read again */
 	bool		reads_secrets;	/* read again at every reading: a secret may
@@ -196,6 +197,21 @@ typedef struct RelayFlowRoutine
 	void		(*read) (RelayFlowReading *reading);
 
 	/*
+	 * After the reading transaction committed, with none open, given the
+	 * units this reading read (`units` of `read`): what the flow does once
+	 * it has read (clear what an earlier worker recorded of its units, in
+	 * short transactions of its own). Never raises an ERROR. NULL: nothing.
+	 */
+	void		(*after_read) (List *units);
+
+	/*
+	 * SQL asked the relay to look again (a changed row, retries queued by
+	 * an operator): the flow looks at what it would otherwise look at only
+	 * when due (its retry queue). NULL: nothing more than `look`.
+	 */
+	void		(*sql_changed) (struct RelayUnit *unit);
+
+	/*
 	 * A unit takes a reading with another config md5 than the one its state
 	 * was reached with (a changed row is tried at once): the flow resets
 	 * its policy state of the unit. The engine has ended the unit's hold,
@@ -287,10 +303,13 @@ typedef struct RelayFlowRoutine
 	void		(*close) (RelayUnitReading *reading);
 } RelayFlowRoutine;
 
+/* The flows, each in a file of its own. */
+extern const RelayFlowRoutine RelayForwardFlow;	/* flow_forward.c */
+
 /* flows.c: every flow, NULL-ended: the engine's only list of them. */
 extern const RelayFlowRoutine *const RelayFlows[];
 
-/* engine.c: what flows call */
+/* engine.c and units.c: what flows call */
 
 /* Whether `flow`'s unit `name` is served with a reading of config md5 `md5`, to be kept. */
 extern bool RelayUnitIsCurrent(const RelayFlowRoutine *flow, const char *name, const char *md5);
