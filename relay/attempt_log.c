@@ -27,6 +27,7 @@
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
@@ -47,6 +48,19 @@
 #define ATTEMPT_TRIM_SKEW_SECS	3600
 
 int			AttemptLogRetentionSecs = 7 * 24 * 3600;
+
+/* Defines pg_tide.attempt_log_retention; called from _PG_init. */
+void
+RelayDefineAttemptLogGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.attempt_log_retention",
+							"How long rows of tide.relay_attempts are kept.",
+							"Each relay worker deletes older rows once a minute; 0 keeps them.",
+							&AttemptLogRetentionSecs,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
 
 /*
  * The answer's first bytes as text the database can store, at most

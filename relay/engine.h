@@ -12,7 +12,8 @@
 #include "datatype/timestamp.h"
 
 #include "flow.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* engine.c */
 extern void RelayEngineInit(void);

@@ -197,10 +197,14 @@ typedef struct RelayFlowRoutine
 	void		(*read) (RelayFlowReading *reading);
 
 	/*
-	 * After the reading transaction committed, with none open, given the
-	 * units this reading read (`units` of `read`): what the flow does once
-	 * it has read (clear what an earlier worker recorded of its units, in
-	 * short transactions of its own). Never raises an ERROR. NULL: nothing.
+	 * After the reading transaction committed and the units took their
+	 * readings, with no transaction open, given the units this reading read
+	 * (`units` of `read`): what the flow does once it has read, in short
+	 * transactions of its own (clear what an earlier worker recorded of its
+	 * units, its periodic jobs: retention). Only while the catalog is the
+	 * library's version. An ERROR here is the worker's (it ends and is
+	 * started again after a back-off), so a job catches what it can
+	 * survive. NULL: nothing.
 	 */
 	void		(*after_read) (List *units);
 

@@ -54,7 +54,8 @@
 
 #include "events.h"
 #include "flow.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /*
  * The forward flow's state of a pipeline, kept across readings: its retry
@@ -912,7 +913,7 @@ forward_is_current(const char *name, const char *md5)
 
 /* This worker holds nothing yet: an earlier one's holds are over (pipeline_state.c). */
 static void
-forward_after_read(List *units)
+forget_earlier_states(List *units)
 {
 	List	   *pipelines = NIL;
 	ListCell   *lc;
@@ -922,6 +923,18 @@ forward_after_read(List *units)
 	foreach(lc, units)
 		pipelines = lappend(pipelines, ((RelayUnitReading *) lfirst(lc))->state);
 	forgot_earlier_states = RelayForgetPipelineStates(pipelines);
+}
+
+/*
+ * After each reading: the periodic jobs of the outboxes' side, each in
+ * short transactions of its own (attempt_log.c, retention.c).
+ */
+static void
+forward_after_read(List *units)
+{
+	forget_earlier_states(units);
+	RelayTrimAttemptLog();
+	RelaySweepOutboxes();
 }
 
 /* A changed config (a fixed URL, say) is tried at once, its pacing anew. */

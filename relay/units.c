@@ -31,6 +31,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -38,6 +39,7 @@
 
 #include "engine.h"
 #include "pg_tide.h"
+#include "relay_init.h"
 
 /* The key of a unit: its flow and its name, the first fields of RelayUnit. */
 typedef struct UnitKey
@@ -48,6 +50,9 @@ typedef struct UnitKey
 
 /* The units by flow and name. */
 static HTAB *units = NULL;
+
+/* pg_tide.relay_naptime_ms: how often the units are read without being asked. */
+int			RelayNaptimeMs = 1000;
 
 /* The units are to be read again (SQL changed them, a reload, a unit let go). */
 static bool reading_needed = true;
@@ -64,6 +69,20 @@ static bool has_work = false;
 static TimestampTz earliest_due = 0;
 /* A unit may have something to do now: look at every one. */
 static bool scan_needed = true;
+
+/* Defines pg_tide.relay_naptime_ms; called from _PG_init. */
+void
+RelayDefineUnitsGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.relay_naptime_ms",
+							"How long a relay worker sleeps when no commit wakes it.",
+							"A publishing commit wakes its database's worker at once; this "
+							"is only the fallback look.",
+							&RelayNaptimeMs,
+							1000, 10, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
 
 /* Notes a time the worker must wake at for a unit. */
 void
@@ -377,14 +396,6 @@ RelayReadUnits(RelayWorkerSlot *slot)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(loop_cxt);
 
-	/* with no transaction open: what a flow does once it has read (pipeline_state.c) */
-	for (int f = 0; current && f < nflows; f++)
-		if (RelayFlows[f]->after_read != NULL)
-		{
-			RelayFlows[f]->after_read(readings[f].units);
-			MemoryContextSwitchTo(loop_cxt);
-		}
-
 	if (units != NULL)
 	{
 		hash_seq_init(&seq, units);
@@ -432,15 +443,15 @@ RelayReadUnits(RelayWorkerSlot *slot)
 			}
 		}
 	}
-	MemoryContextReset(loop_cxt);
 	scan_needed = true;
-
-	if (current)
-	{
-		RelayTrimAttemptLog();
-		RelaySweepOutboxes();
-		MemoryContextSwitchTo(loop_cxt);
-	}
+	/* with no transaction open: what a flow does once it has read (its periodic jobs) */
+	for (int f = 0; current && f < nflows; f++)
+		if (RelayFlows[f]->after_read != NULL)
+		{
+			RelayFlows[f]->after_read(readings[f].units);
+			MemoryContextSwitchTo(loop_cxt);
+		}
+	MemoryContextReset(loop_cxt);
 	return installed;
 }
 
