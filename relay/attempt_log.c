@@ -32,7 +32,9 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 /* Most bytes of an answer kept in the log. */
 #define ATTEMPT_SNIPPET_BYTES	2048

@@ -19,7 +19,7 @@
 
 #include "config_value.h"
 #include "broker.h"
-#include "relay.h"
+#include "secrets.h"
 
 void
 RelayConfigCheckCredential(const char *key, const cJSON *v)

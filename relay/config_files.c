@@ -33,7 +33,7 @@
 #include "utils/acl.h"
 
 #include "config_value.h"
-#include "relay.h"
+#include "secrets.h"
 
 /* The role a config is being checked with; InvalidOid: a role with no rights. */
 static Oid	config_role = InvalidOid;

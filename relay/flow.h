@@ -187,9 +187,8 @@ typedef struct RelayFlowRoutine
 	 * Reads the flow's enabled rows from its catalog table, in the engine's
 	 * reading transaction (a snapshot is active; the flow connects to SPI
 	 * itself). A row whose unit is served with a reading of the same config
-	 * md5 (RelayUnitIsCurrent, which says no for every row when
-	 * reading->reopen) goes into `kept`, others are read and opened into
-	 * `units`. Takes its table's lock conditionally (RelayTryLockTable), so
+	 * md5 (RelayUnitIsCurrent; no row when reading->reopen) goes into
+	 * `kept`, others are read and opened into `units`. Takes its table's lock conditionally (RelayTryLockTable), so
 	 * that a DROP EXTENSION in progress is passed over. A row that cannot
 	 * be read is the flow's to report and pass over, never an ERROR for the
 	 * others.

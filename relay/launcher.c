@@ -63,7 +63,9 @@
 
 #include "compat.h"
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 bool		RelayEnabled = true;
 char	   *OperatorEventsOutbox = NULL;

@@ -46,7 +46,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr commit_offset_plan = NULL;

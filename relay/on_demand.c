@@ -39,7 +39,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* How long a database without an enabled pipeline goes without a worker. */
 long

@@ -39,7 +39,8 @@
 
 #include "config_value.h"
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* What the hints say a key is. */
 #define KEY_HINT "Give \"ordering_key\" as a header name such as \"aggregate-id\", or a JSON " \

@@ -40,7 +40,8 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* A pipeline whose lock this worker holds, by name (the hash key). */
 typedef struct HeldPipeline

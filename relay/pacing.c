@@ -26,7 +26,7 @@
 
 #include "utils/timestamp.h"
 
-#include "relay.h"
+#include "forward.h"
 
 /* The largest burst the validator accepts (the rate's range is in relay.h). */
 #define RELAY_BURST_MAX				1000000

@@ -40,7 +40,8 @@
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
-#include "relay.h"
+#include "forward.h"
+#include "secrets.h"
 #include "sink.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_normalize_config);

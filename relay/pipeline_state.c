@@ -34,7 +34,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* Longest turn error kept, in bytes (an ERROR's message can be long). */
 #define TURN_ERROR_MAX_BYTES	1024

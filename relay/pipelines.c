@@ -43,7 +43,8 @@
 
 #include "pg_tide.h"
 #include "pipeline_config.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* The statements of every pass, planned once. */
 static SPIPlanPtr pipelines_plan = NULL;

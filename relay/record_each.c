@@ -32,7 +32,8 @@
 #include "utils/elog.h"
 #include "utils/memutils.h"
 
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* The error class of a message dead-lettered because its outcome could not be recorded. */
 #define RELAY_CLASS_RECORD "record"

@@ -20,7 +20,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 int			SweepIntervalSecs = 60;
 

@@ -45,7 +45,8 @@
 #include "utils/syscache.h"
 
 #include "flow.h"
-#include "relay.h"
+#include "flow.h"
+#include "relay_xact.h"
 
 /* A group is open: short transactions are subtransactions of its transaction. */
 static bool group_open = false;
