@@ -472,32 +472,33 @@ static void
 start_operation(RelayUnit *u, RelayOperation *op, RelayMessage *msgs, int n, bool from_queue,
 				int limit)
 {
+	ForwardOp  *fop = FOP(op);
 	const RelayPipeline *p = unit_pipeline(u);
 	RelayMessage *pass = palloc(sizeof(RelayMessage) * Max(n, 1));
 	int			npass = 0;
 
-	FOP(op)->msgs = msgs;
+	fop->msgs = msgs;
 	op->n = n;
-	FOP(op)->from_queue = from_queue;
-	FOP(op)->limit = limit;
-	FOP(op)->pos = palloc(sizeof(int) * Max(n, 1));
+	fop->from_queue = from_queue;
+	fop->limit = limit;
+	fop->pos = palloc(sizeof(int) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		FOP(op)->pos[i] = -1;
+		fop->pos[i] = -1;
 		if (!from_queue && p->routing != NULL &&
 			!RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
 			msgs[i].blocked = false;	/* not for this pipeline: passed over, never parked */
 		else if (msgs[i].blocked)
-			FOP(op)->nblocked++;
+			fop->nblocked++;
 		else
 		{
-			FOP(op)->pos[i] = npass;
+			fop->pos[i] = npass;
 			pass[npass++] = msgs[i];
 		}
 	}
-	FOP(op)->batch.msgs = pass;
-	FOP(op)->batch.nmsgs = npass;
-	FOP(op)->batch.stop_at_failure = p->strict;
+	fop->batch.msgs = pass;
+	fop->batch.nmsgs = npass;
+	fop->batch.stop_at_failure = p->strict;
 	if (p->ordering_key != NULL)
 	{
 		bool	   *sent = palloc(sizeof(bool) * Max(n, 1));
@@ -505,22 +506,22 @@ start_operation(RelayUnit *u, RelayOperation *op, RelayMessage *msgs, int n, boo
 
 		/* each message waits for the previous one of its key that the sink sends */
 		for (int i = 0; i < n; i++)
-			sent[i] = FOP(op)->pos[i] >= 0;
-		FOP(op)->after = palloc(sizeof(int) * Max(n, 1));
-		RelayOrderingDependencies(msgs, n, sent, FOP(op)->after);
+			sent[i] = fop->pos[i] >= 0;
+		fop->after = palloc(sizeof(int) * Max(n, 1));
+		RelayOrderingDependencies(msgs, n, sent, fop->after);
 		for (int i = 0; i < n; i++)
-			if (FOP(op)->pos[i] >= 0)
-				after[FOP(op)->pos[i]] = FOP(op)->after[i] >= 0 ? FOP(op)->pos[FOP(op)->after[i]] : -1;
-		FOP(op)->batch.after = after;
+			if (fop->pos[i] >= 0)
+				after[fop->pos[i]] = fop->after[i] >= 0 ? fop->pos[fop->after[i]] : -1;
+		fop->batch.after = after;
 	}
-	FOP(op)->batch.cxt = op->cxt;
+	fop->batch.cxt = op->cxt;
 	/* progress is due once right after start */
-	FOP(op)->batch.ready = true;
-	FOP(op)->sent_at = GetCurrentTimestamp();
+	fop->batch.ready = true;
+	fop->sent_at = GetCurrentTimestamp();
 	if (npass > 0)
 	{
-		FOP(op)->in_sink = true;
-		p->sink->start(p->sink_state, &FOP(op)->batch);
+		fop->in_sink = true;
+		p->sink->start(p->sink_state, &fop->batch);
 	}
 }
 
@@ -534,12 +535,14 @@ start_operation(RelayUnit *u, RelayOperation *op, RelayMessage *msgs, int n, boo
 static void
 kick_operation(RelayOperation *op)
 {
-	FOP(op)->batch.ready = false;
-	FOP(op)->batch.wake_at = 0;
-	if (FOP(op)->batch.nmsgs == 0 || FOP(op)->p->sink->progress(FOP(op)->p->sink_state, &FOP(op)->batch))
+	ForwardOp  *fop = FOP(op);
+
+	fop->batch.ready = false;
+	fop->batch.wake_at = 0;
+	if (fop->batch.nmsgs == 0 || fop->p->sink->progress(fop->p->sink_state, &fop->batch))
 	{
 		op->finished = true;
-		FOP(op)->batch.ready = true;
+		fop->batch.ready = true;
 		return;
 	}
 	RelayTimersFire(GetCurrentTimestamp());
@@ -638,17 +641,18 @@ may_start_ahead(RelayUnit *u, const RelayOperation *done, const RelayDeliveryRes
 static void
 take_outcomes(RelayOperation *op, RelayDeliveryResult *r)
 {
-	const RelayPipeline *p = FOP(op)->p;
+	ForwardOp  *fop = FOP(op);
+	const RelayPipeline *p = fop->p;
 	RelayDeliveryResult sub;
 
 	MemoryContextSwitchTo(op->cxt);
 	memset(&sub, 0, sizeof(sub));
-	sub.each = palloc0(sizeof(RelayMessageOutcome) * Max(FOP(op)->batch.nmsgs, 1));
-	for (int i = 0; i < FOP(op)->batch.nmsgs; i++)
+	sub.each = palloc0(sizeof(RelayMessageOutcome) * Max(fop->batch.nmsgs, 1));
+	for (int i = 0; i < fop->batch.nmsgs; i++)
 		sub.each[i].wait_ms = -1;
-	if (FOP(op)->in_sink)
-		p->sink->outcomes(p->sink_state, &FOP(op)->batch, &sub);
-	FOP(op)->in_sink = false;
+	if (fop->in_sink)
+		p->sink->outcomes(p->sink_state, &fop->batch, &sub);
+	fop->in_sink = false;
 
 	memset(r, 0, sizeof(*r));
 	r->each = palloc0(sizeof(RelayMessageOutcome) * Max(op->n, 1));
@@ -656,9 +660,9 @@ take_outcomes(RelayOperation *op, RelayDeliveryResult *r)
 	strlcpy(r->disable_reason, sub.disable_reason, sizeof(r->disable_reason));
 	for (int i = 0; i < op->n; i++)
 	{
-		if (FOP(op)->pos[i] >= 0)
-			r->each[i] = sub.each[FOP(op)->pos[i]];
-		else if (FOP(op)->msgs[i].blocked)
+		if (fop->pos[i] >= 0)
+			r->each[i] = sub.each[fop->pos[i]];
+		else if (fop->msgs[i].blocked)
 			r->each[i].outcome = RELAY_NOT_SENT;
 		else
 			r->each[i].outcome = RELAY_FILTERED;
@@ -720,16 +724,16 @@ static void
 record_operation(RelayUnit *u)
 {
 	RelayOperation *op = u->recording != NULL ? u->recording : u->op;
-	const RelayPipeline *p = FOP(op)->p;
+	ForwardOp  *fop = FOP(op);
 	BatchEnd	end;
 
 	MemoryContextSwitchTo(op->cxt);
-	end = settle_batch(p, u, FOP(op)->msgs, op->n, FOP(op)->after, FOP(op)->from_queue, &FOP(op)->result,
-					   op->n - FOP(op)->batch.nmsgs - FOP(op)->nblocked, FOP(op)->sent_at, op->cxt);
+	end = settle_batch(fop->p, u, fop->msgs, op->n, fop->after, fop->from_queue, &fop->result,
+					   op->n - fop->batch.nmsgs - fop->nblocked, fop->sent_at, op->cxt);
 	/* A short lease: nothing more waits (unless the rate cut it short). */
-	if (!FOP(op)->from_queue && end != BATCH_HELD && op->n == FOP(op)->limit)
+	if (!fop->from_queue && end != BATCH_HELD && op->n == fop->limit)
 		u->look = true;
-	if (FOP(op)->from_queue && end == BATCH_FULL)
+	if (fop->from_queue && end == BATCH_FULL)
 		FW(u)->retry_check_at = 0;
 	RelayUnitOk(u);
 	MemoryContextSwitchTo(RelayLoopContext());
