@@ -43,6 +43,11 @@
  * (`recording`). A flow that needs neither ahead nor recording uses `op`
  * alone.
  *
+ * A flow includes this header, relay_xact.h for its short transactions
+ * (RelayBeginShortXact, RelayEndShortXact, RelayTryLockTable) and the
+ * interface of what it talks to (sink.h); never engine.h, the process's
+ * view of the engine.
+ *
  * ERRORs: `step`, `finish`, `record` and `after_record` may raise one (a
  * dropped table, a lost lease, a full disk); the engine then undoes the
  * unit's short transaction, cancels every operation of the unit (`cancel`,
