@@ -14,7 +14,7 @@
 #include "catalog/pg_authid.h"
 
 #include "config_value.h"
-#include "sinks.h"
+#include "file.h"
 
 const char *const RelayFileConfigKeys[] = {"path", "batch_size", "fsync", NULL};
 

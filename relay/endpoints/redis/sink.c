@@ -76,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "redis.h"
 
 PG_MODULE_MAGIC;
@@ -871,6 +872,7 @@ static const RelaySinkRoutine redis_routine = {
 	.name = "redis",
 	.log_failures_by_default = true,
 	.config_keys = RedisConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RedisValidate,
 	.open = redis_open,
 	.start = redis_start,
@@ -881,10 +883,11 @@ static const RelaySinkRoutine redis_routine = {
 };
 
 /* The module's one entry point, which relay/sinks/sinks.c looks up. */
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
+PGDLLEXPORT void pg_tide_endpoint_redis(void);
 
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
+/* Registers the Redis Streams sink: the module's init symbol (endpoints/registry.h). */
+void
+pg_tide_endpoint_redis(void)
 {
-	return &redis_routine;
+	RelayRegisterSink(&redis_routine);
 }

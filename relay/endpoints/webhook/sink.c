@@ -76,7 +76,8 @@
 #include "relay.h"
 #include "signature.h"
 #include "sink.h"
-#include "sinks.h"
+#include "endpoints/registry.h"
+#include "webhook.h"
 
 /* How much of a response body is kept (for the log). */
 #define WEBHOOK_MAX_RESPONSE	2048
@@ -1186,9 +1187,16 @@ webhook_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-const RelaySinkRoutine RelayWebhookSinkRoutine = {
+/*
+ * The signing secret, and the headers whose name says they carry a
+ * credential or that are marked {"secret": true}.
+ */
+static const char *const webhook_secret_keys[] = {"signing_secret", "headers.*", NULL};
+
+static const RelaySinkRoutine webhook_routine = {
 	.name = "webhook",
 	.config_keys = RelayWebhookConfigKeys,
+	.secret_keys = webhook_secret_keys,
 	.validate = RelayWebhookValidate,
 	.open = webhook_open,
 	.start = webhook_start,
@@ -1197,3 +1205,12 @@ const RelaySinkRoutine RelayWebhookSinkRoutine = {
 	.cancel = webhook_cancel,
 	.close = NULL,
 };
+
+PGDLLEXPORT void pg_tide_endpoint_webhook(void);
+
+/* Registers the webhook sink: built into pg_tide.so (endpoints/registry.h). */
+void
+pg_tide_endpoint_webhook(void)
+{
+	RelayRegisterSink(&webhook_routine);
+}

@@ -18,7 +18,7 @@
 
 #include "address.h"
 #include "config_value.h"
-#include "sinks.h"
+#include "webhook.h"
 #include "signature.h"
 
 const char *const RelayWebhookConfigKeys[] = {

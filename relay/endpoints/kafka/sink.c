@@ -68,6 +68,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "kafka.h"
 
 PG_MODULE_MAGIC;
@@ -633,6 +634,7 @@ static const RelaySinkRoutine kafka_routine = {
 	.log_failures_by_default = true,
 	.sends_on_own_threads = true,
 	.config_keys = RelayKafkaConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayKafkaValidate,
 	.open = kafka_open,
 	.start = kafka_start,
@@ -642,10 +644,11 @@ static const RelaySinkRoutine kafka_routine = {
 	.close = kafka_close,
 };
 
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
+PGDLLEXPORT void pg_tide_endpoint_kafka(void);
 
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
+/* Registers the Kafka sink: the module's init symbol (endpoints/registry.h). */
+void
+pg_tide_endpoint_kafka(void)
 {
-	return &kafka_routine;
+	RelayRegisterSink(&kafka_routine);
 }

@@ -62,6 +62,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "rabbitmq.h"
 
 PG_MODULE_MAGIC;
@@ -1199,6 +1200,7 @@ static const RelaySinkRoutine rabbitmq_routine = {
 	.name = "rabbitmq",
 	.log_failures_by_default = true,
 	.config_keys = RelayRabbitmqConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayRabbitmqValidate,
 	.open = rabbitmq_open,
 	.start = rabbitmq_start,
@@ -1208,10 +1210,11 @@ static const RelaySinkRoutine rabbitmq_routine = {
 	.close = rabbitmq_close,
 };
 
-PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
+PGDLLEXPORT void pg_tide_endpoint_rabbitmq(void);
 
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
+/* Registers the RabbitMQ sink: the module's init symbol (endpoints/registry.h). */
+void
+pg_tide_endpoint_rabbitmq(void)
 {
-	return &rabbitmq_routine;
+	RelayRegisterSink(&rabbitmq_routine);
 }

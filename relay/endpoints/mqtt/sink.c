@@ -69,6 +69,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "mqtt.h"
 
 PG_MODULE_MAGIC;
@@ -960,6 +961,7 @@ static const RelaySinkRoutine mqtt_routine = {
 	.name = "mqtt",
 	.log_failures_by_default = true,
 	.config_keys = RelayMqttConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayMqttValidate,
 	.open = mqtt_open,
 	.start = mqtt_start,
@@ -969,10 +971,11 @@ static const RelaySinkRoutine mqtt_routine = {
 	.close = mqtt_close,
 };
 
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
+PGDLLEXPORT void pg_tide_endpoint_mqtt(void);
 
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
+/* Registers the MQTT sink: the module's init symbol (endpoints/registry.h). */
+void
+pg_tide_endpoint_mqtt(void)
 {
-	return &mqtt_routine;
+	RelayRegisterSink(&mqtt_routine);
 }

@@ -58,6 +58,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "nats_sink.h"
 
 PG_MODULE_MAGIC;
@@ -1000,6 +1001,7 @@ static const RelaySinkRoutine nats_routine = {
 	.log_failures_by_default = true,
 	.sends_on_own_threads = true,
 	.config_keys = RelayNatsConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayNatsValidate,
 	.open = nats_open,
 	.start = nats_start,
@@ -1009,10 +1011,11 @@ static const RelaySinkRoutine nats_routine = {
 	.close = nats_close,
 };
 
-PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
+PGDLLEXPORT void pg_tide_endpoint_nats(void);
 
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
+/* Registers the NATS JetStream sink: the module's init symbol (endpoints/registry.h). */
+void
+pg_tide_endpoint_nats(void)
 {
-	return &nats_routine;
+	RelayRegisterSink(&nats_routine);
 }
