@@ -111,7 +111,8 @@ sub unescape
 my %caller_path = map { $_ => 1 } qw(src/outbox.c src/outbox_rights.c);
 
 my $total = 0;
-for my $file (sort(glob("$root/src/*.c"), glob("$root/relay/*.c"), glob("$root/relay/*/*.c")))
+for my $file (sort(glob("$root/src/*.c"), glob("$root/relay/*.c"), glob("$root/relay/*/*.c"),
+	glob("$root/relay/*/*/*.c")))
 {
 	(my $rel = $file) =~ s{^\Q$root\E/}{};
 	my $source = slurp_file($file);
