@@ -1,5 +1,5 @@
 /*
- * file_config.c
+ * config.c
  *		The file sink's keys of a pipeline config: path and fsync; see
  *		docs/relay.md#file-sink.
  *

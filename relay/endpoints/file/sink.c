@@ -1,5 +1,5 @@
 /*
- * file.c
+ * sink.c
  *		The file sink: appends one JSON line per message to a file, for
  *		diagnostics. Its config: "path" (required) and "fsync" (default
  *		true).

@@ -1,10 +1,10 @@
 /*
- * kafka.c
+ * sink.c
  *		The Kafka sink (pg_tide_kafka.so): produces each message to a
  *		topic with librdkafka's idempotent producer (acks=all), and counts a
  *		message delivered only when its delivery report says so.
  *
- * 1. `open` builds one producer per pipeline (kafka_config.c's
+ * 1. `open` builds one producer per pipeline (config.c's
  *	  KafkaBuildConf), kept across batches until `close`. librdkafka runs
  *	  its own threads; they never call back into PostgreSQL. Its main
  *	  queue, where delivery reports and errors wait, writes to the

@@ -1,11 +1,11 @@
 /*
- * mqtt.c
+ * sink.c
  *		The MQTT sink: publishes each message with QoS 1 or 2 through
  *		libmosquitto, and counts it delivered once the broker acknowledged
  *		it (PUBACK for QoS 1, PUBCOMP for QoS 2). Built as pg_tide_mqtt.so
  *		(relay/broker.h), so that pg_tide.so never needs libmosquitto.
  *
- * 1. `open` reads the pipeline's config (validated by mqtt_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  the credentials it refers to. The connection is made by the first
  *	  batch and kept across batches; a pipeline has one client, whose id is
  *	  "client_id" or, by default, pg_tide-<system identifier>-<database

@@ -1,11 +1,11 @@
 /*
- * nats.c
+ * sink.c
  *		The NATS JetStream sink (pg_tide_nats.so, linked with nats.c's
  *		libnats): publishes each message to a subject with JetStream's
  *		publish acknowledgements, many in flight, and counts a message
  *		delivered only once its PubAck came back without an error.
  *
- * 1. `open` reads the pipeline's config (validated by nats_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  its credentials (broker.h); the connection is made by the first batch
  *	  and kept for the pipeline's life: nats.c reconnects by itself.
  *	  natsConnection_Connect blocks (up to NATS_CONNECT_TIMEOUT_MS a

@@ -1,10 +1,10 @@
 /*
- * rabbitmq.c
+ * sink.c
  *		The RabbitMQ sink (the module pg_tide_rabbitmq.so): publishes each
  *		message to an exchange with publisher confirms, through rabbitmq-c,
  *		with the worker's loop waiting on the connection's socket.
  *
- * 1. `open` reads the config (validated by rabbitmq_config.c) and the
+ * 1. `open` reads the config (validated by config.c) and the
  *	  credentials it refers to. The connection is made by the first batch
  *	  and kept across batches: TCP or TLS, login to the vhost, one channel
  *	  in confirm mode (confirm.select). rabbitmq-c makes it only blocking,

@@ -1,11 +1,11 @@
 /*
- * redis.c
+ * sink.c
  *		The Redis Streams sink (pg_tide_redis.so): appends each message to a
  *		stream with XADD over hiredis's asynchronous API, many commands
  *		pipelined on one connection per pipeline, driven by the worker's
  *		loop like every other batch in flight.
  *
- * 1. `open` reads the pipeline's config (validated by redis_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  the credentials it refers to. The connection is the pipeline's: it is
  *	  made by the first batch (redisAsyncConnect, which does not wait for
  *	  the connect), kept across batches and dropped in `close`. A host name
@@ -882,7 +882,6 @@ static const RelaySinkRoutine redis_routine = {
 	.close = redis_close,
 };
 
-/* The module's one entry point, which relay/sinks/sinks.c looks up. */
 PGDLLEXPORT void pg_tide_endpoint_redis(void);
 
 /* Registers the Redis Streams sink: the module's init symbol (endpoints/registry.h). */

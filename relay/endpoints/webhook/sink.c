@@ -1,12 +1,12 @@
 /*
- * webhook.c
+ * sink.c
  *		The webhook sink: POSTs messages to a URL, signed the Standard
  *		Webhooks way, through one libcurl multi handle that the worker's
  *		loop drives together with every other batch in flight.
  *
  * 1. `open` reads the pipeline's config (url, mode, max_in_flight,
  *	  timeout_ms, headers, signing_secret, signature, allow_http,
- *	  allow_private_network; validated by webhook_config.c) and reads the
+ *	  allow_private_network; validated by config.c) and reads the
  *	  secrets it refers to (secrets.c).
  * 2. `start` builds the requests. Mode 'single': one request per message,
  *	  the body the message's JSON object; mode 'batch': one request whose
