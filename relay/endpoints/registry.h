@@ -44,6 +44,21 @@ extern PGDLLEXPORT void RelayRegisterSource(const char *name, const struct Relay
 											const char *const *secret_keys);
 
 /*
+ * The init symbol of an endpoint that provides one sink, as
+ * PG_FUNCTION_INFO_V1 declares a function: RELAY_SINK_ENDPOINT(kafka,
+ * kafka_routine) defines pg_tide_endpoint_kafka(), which registers
+ * kafka_routine. An endpoint that provides more writes its own.
+ */
+#define RELAY_SINK_ENDPOINT(name, routine) \
+extern PGDLLEXPORT void pg_tide_endpoint_##name(void); \
+void \
+pg_tide_endpoint_##name(void) \
+{ \
+	RelayRegisterSink(&(routine)); \
+} \
+extern int	no_such_variable
+
+/*
  * The routine of a sink type, loading its endpoint if need be; an ERROR
  * (42704, with what to install) when there is no such type or its module
  * cannot be loaded. RelaySinkLookup: the routine only if it is already

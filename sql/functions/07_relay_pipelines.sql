@@ -31,7 +31,7 @@ GRANT EXECUTE ON FUNCTION tide._relay_normalize_config(text,text,jsonb) TO tide_
 CREATE OR REPLACE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'tide_relay_redact'
-LANGUAGE C STABLE STRICT PARALLEL SAFE
+LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_redact(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_redact(jsonb) TO tide_admin;

@@ -76,11 +76,5 @@ static const RelaySinkRoutine probe_routine = {
 	.cancel = probe_cancel,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_probe(void);
-
-/* Registers the probe sink: the module's init symbol. */
-void
-pg_tide_endpoint_probe(void)
-{
-	RelayRegisterSink(&probe_routine);
-}
+/* The module's init symbol, pg_tide_endpoint_probe. */
+RELAY_SINK_ENDPOINT(probe, probe_routine);

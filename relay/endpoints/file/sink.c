@@ -236,11 +236,5 @@ static const RelaySinkRoutine file_routine = {
 	.close = NULL,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_file(void);
-
-/* Registers the file sink: built into pg_tide.so (endpoints/registry.h). */
-void
-pg_tide_endpoint_file(void)
-{
-	RelayRegisterSink(&file_routine);
-}
+/* The init symbol of the file sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(file, file_routine);

@@ -644,11 +644,5 @@ static const RelaySinkRoutine kafka_routine = {
 	.close = kafka_close,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_kafka(void);
-
-/* Registers the Kafka sink: the module's init symbol (endpoints/registry.h). */
-void
-pg_tide_endpoint_kafka(void)
-{
-	RelayRegisterSink(&kafka_routine);
-}
+/* The init symbol of the Kafka sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(kafka, kafka_routine);

@@ -971,11 +971,5 @@ static const RelaySinkRoutine mqtt_routine = {
 	.close = mqtt_close,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_mqtt(void);
-
-/* Registers the MQTT sink: the module's init symbol (endpoints/registry.h). */
-void
-pg_tide_endpoint_mqtt(void)
-{
-	RelayRegisterSink(&mqtt_routine);
-}
+/* The init symbol of the MQTT sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(mqtt, mqtt_routine);

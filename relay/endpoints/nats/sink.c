@@ -1011,11 +1011,5 @@ static const RelaySinkRoutine nats_routine = {
 	.close = nats_close,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_nats(void);
-
-/* Registers the NATS JetStream sink: the module's init symbol (endpoints/registry.h). */
-void
-pg_tide_endpoint_nats(void)
-{
-	RelayRegisterSink(&nats_routine);
-}
+/* The init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(nats, nats_routine);

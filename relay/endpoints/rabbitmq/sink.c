@@ -1210,11 +1210,5 @@ static const RelaySinkRoutine rabbitmq_routine = {
 	.close = rabbitmq_close,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_rabbitmq(void);
-
-/* Registers the RabbitMQ sink: the module's init symbol (endpoints/registry.h). */
-void
-pg_tide_endpoint_rabbitmq(void)
-{
-	RelayRegisterSink(&rabbitmq_routine);
-}
+/* The init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(rabbitmq, rabbitmq_routine);

@@ -882,11 +882,5 @@ static const RelaySinkRoutine redis_routine = {
 	.close = redis_close,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_redis(void);
-
-/* Registers the Redis Streams sink: the module's init symbol (endpoints/registry.h). */
-void
-pg_tide_endpoint_redis(void)
-{
-	RelayRegisterSink(&redis_routine);
-}
+/* The init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(redis, redis_routine);

@@ -1206,11 +1206,5 @@ static const RelaySinkRoutine webhook_routine = {
 	.close = NULL,
 };
 
-PGDLLEXPORT void pg_tide_endpoint_webhook(void);
-
-/* Registers the webhook sink: built into pg_tide.so (endpoints/registry.h). */
-void
-pg_tide_endpoint_webhook(void)
-{
-	RelayRegisterSink(&webhook_routine);
-}
+/* The init symbol of the webhook sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(webhook, webhook_routine);
