@@ -69,7 +69,9 @@ is($good_rc, 0, 'the checker passes a fully qualified statement') or diag($good_
 sub statements_of
 {
 	my ($file) = @_;
-	my @cflags = ('-I' . `pg_config --includedir-server`, "-I$root/src", "-I$root/relay");
+	# includedir too: an endpoint's client library may be libpq (libpq-fe.h)
+	my @cflags = ('-I' . `pg_config --includedir-server`, '-I' . `pg_config --includedir`,
+		"-I$root/src", "-I$root/relay");
 	chomp @cflags;
 	my $text = '';
 	my $err = '';
