@@ -202,7 +202,7 @@ test/brokers/kafka_consume: test/brokers/kafka_consume.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
 installcheck: test/brokers/kafka_mock test/brokers/kafka_consume
 
-# A sink module that no file of pg_tide names (test/t/062): found by its
+# A sink module that no file of pg_tide names (test/t/075): found by its
 # file name and init symbol alone. Built for installcheck, never installed.
 test/endpoints/pg_tide_probe$(DLSUFFIX): test/endpoints/probe.o
 	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@

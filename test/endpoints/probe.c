@@ -1,7 +1,7 @@
 /*
  * probe.c
  *		A sink that no file of pg_tide names, built as pg_tide_probe.so for
- *		TAP 062 (never installed by make install): the relay must find it by
+ *		TAP 075 (never installed by make install): the relay must find it by
  *		its file name and its init symbol alone (relay/endpoints/registry.c),
  *		and redact the key it declares secret. It takes "secret_word", a
  *		string, and delivers every message at once.

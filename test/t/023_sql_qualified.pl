@@ -69,9 +69,9 @@ is($good_rc, 0, 'the checker passes a fully qualified statement') or diag($good_
 sub statements_of
 {
 	my ($file) = @_;
-	# includedir too: an endpoint's client library may be libpq (libpq-fe.h)
+	# (an endpoint's files include their own directory's headers, and libpq's)
 	my @cflags = ('-I' . `pg_config --includedir-server`, '-I' . `pg_config --includedir`,
-		"-I$root/src", "-I$root/relay");
+		"-I$root/src", "-I$root/relay", '-I' . ($file =~ s{/[^/]*$}{}r));
 	chomp @cflags;
 	my $text = '';
 	my $err = '';
