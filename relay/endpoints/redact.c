@@ -1,9 +1,10 @@
 /*
  * redact.c
- *		A pipeline's config as every output shows it (tide._relay_redact:
- *		relay_get_config, relay_list_configs): the secrets that the type's
- *		routine declares (RelaySinkRoutine.secret_keys) replaced by
- *		"********", so that no endpoint's keys are written in SQL.
+ *		A forward pipeline's config as every output shows it
+ *		(tide._relay_redact: relay_get_config, relay_list_configs): the
+ *		secrets its sink's routine declares (RelaySinkRoutine.secret_keys)
+ *		replaced by "********", so that no endpoint's keys are written in
+ *		SQL.
  *
  * A declared key "a" or "a.b" names a value that is a secret: a string,
  * number or other scalar is replaced, an array's members are, one by one,
@@ -164,20 +165,14 @@ tide_relay_redact(PG_FUNCTION_ARGS)
 	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
 	cJSON	   *config;
 	const cJSON *type;
-	RelayEndpointKind kind = RELAY_ENDPOINT_SINK;
 	const char *const *keys = NULL;
 	Jsonb	   *result;
 
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		PG_RETURN_JSONB_P(jb);
 	config = RelayConfigFromJsonb(jb);
-	/* a reverse pipeline names its source, a forward one its sink */
-	type = cJSON_GetObjectItemCaseSensitive(config, "source_type");
-	if (type != NULL)
-		kind = RELAY_ENDPOINT_SOURCE;
-	else
-		type = cJSON_GetObjectItemCaseSensitive(config, "sink_type");
-	if (!cJSON_IsString(type) || !RelayEndpointSecretKeys(kind, type->valuestring, &keys))
+	type = cJSON_GetObjectItemCaseSensitive(config, "sink_type");
+	if (!cJSON_IsString(type) || !RelayEndpointSecretKeys(RELAY_ENDPOINT_SINK, type->valuestring, &keys))
 	{
 		keys = conservative_keys;
 		redact_named_strings(config);

@@ -107,9 +107,9 @@ find_known(RelayEndpointKind kind, const char *name)
 }
 
 /* Records a routine, replacing one of the same kind and name. */
-static void
-register_type(RelayEndpointKind kind, const char *name, const void *routine,
-			  const char *const *secret_keys)
+void
+RelayEndpointRegister(RelayEndpointKind kind, const char *name, const void *routine,
+					  const char *const *secret_keys)
 {
 	RegisteredType *t;
 
@@ -139,14 +139,7 @@ register_type(RelayEndpointKind kind, const char *name, const void *routine,
 void
 RelayRegisterSink(const RelaySinkRoutine *routine)
 {
-	register_type(RELAY_ENDPOINT_SINK, routine->name, routine, routine->secret_keys);
-}
-
-void
-RelayRegisterSource(const char *name, const struct RelaySourceRoutine *routine,
-					const char *const *secret_keys)
-{
-	register_type(RELAY_ENDPOINT_SOURCE, name, routine, secret_keys);
+	RelayEndpointRegister(RELAY_ENDPOINT_SINK, routine->name, routine, routine->secret_keys);
 }
 
 /* $libdir/pg_tide_<name>.so. */
@@ -279,7 +272,7 @@ load_or_error(RelayEndpointKind kind, const char *name)
 const RelaySinkRoutine *
 RelaySinkLoad(const char *name)
 {
-	return load_or_error(RELAY_ENDPOINT_SINK, name)->routine;
+	return RelayEndpointLoad(RELAY_ENDPOINT_SINK, name);
 }
 
 const RelaySinkRoutine *
@@ -290,10 +283,10 @@ RelaySinkLookup(const char *name)
 	return t ? t->routine : NULL;
 }
 
-const struct RelaySourceRoutine *
-RelaySourceLoad(const char *name)
+const void *
+RelayEndpointLoad(RelayEndpointKind kind, const char *name)
 {
-	return load_or_error(RELAY_ENDPOINT_SOURCE, name)->routine;
+	return load_or_error(kind, name)->routine;
 }
 
 bool

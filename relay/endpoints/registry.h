@@ -1,7 +1,7 @@
 /*
  * registry.h
- *		The endpoint types the relay knows: the sinks (sink.h) and, to come,
- *		the sources that endpoints provide, by the name a pipeline's config
+ *		The endpoint types the relay knows: the sinks (sink.h) and the
+ *		sources that endpoints provide, by the name a pipeline's config
  *		gives (sink_type, source_type), with the secret keys each declares.
  *
  * An endpoint <name> lives in relay/endpoints/<name>/ and registers what
@@ -9,7 +9,9 @@
  *
  *		PGDLLEXPORT void pg_tide_endpoint_<name>(void);
  *
- * which calls RelayRegisterSink (and RelayRegisterSource) for each routine.
+ * which calls RelayRegisterSink for its sink (and the source interface's
+ * registration for its source, which files it here as RELAY_ENDPOINT_SOURCE
+ * through RelayEndpointRegister).
  * A type is looked up in what is registered; when absent, the symbol is
  * looked for in pg_tide.so (a built-in endpoint: webhook, file), then in
  * $libdir/pg_tide_<name>.so (a module, linked with its client library, so
@@ -23,9 +25,6 @@
 
 #include "sink.h"
 
-/* A source's routine: declared by the source interface (to come). */
-struct RelaySourceRoutine;
-
 /* The kinds of endpoint types a config names. */
 typedef enum RelayEndpointKind
 {
@@ -34,14 +33,13 @@ typedef enum RelayEndpointKind
 } RelayEndpointKind;
 
 /*
- * Registering, from an endpoint's init symbol. A sink's name and secret
- * keys are members of its routine; a source gives them beside it. The
- * routine must outlive the process (a static). Registering a name again
- * replaces the routine.
+ * Registering, from an endpoint's init symbol: a sink's routine, or any
+ * kind's routine with its name and secret keys. The routine must outlive
+ * the process (a static). Registering a name again replaces the routine.
  */
 extern PGDLLEXPORT void RelayRegisterSink(const RelaySinkRoutine *routine);
-extern PGDLLEXPORT void RelayRegisterSource(const char *name, const struct RelaySourceRoutine *routine,
-											const char *const *secret_keys);
+extern PGDLLEXPORT void RelayEndpointRegister(RelayEndpointKind kind, const char *name,
+											  const void *routine, const char *const *secret_keys);
 
 /*
  * The init symbol of an endpoint that provides one sink, as
@@ -68,8 +66,8 @@ extern int	no_such_variable
 extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLoad(const char *name);
 extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLookup(const char *name);
 
-/* A source type's routine, as RelaySinkLoad (42704 when there is none). */
-extern PGDLLEXPORT const struct RelaySourceRoutine *RelaySourceLoad(const char *name);
+/* The routine of a type of any kind, as RelaySinkLoad. */
+extern PGDLLEXPORT const void *RelayEndpointLoad(RelayEndpointKind kind, const char *name);
 
 /*
  * Whether name is a type of this kind that this server knows (built, or a

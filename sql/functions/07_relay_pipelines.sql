@@ -21,7 +21,7 @@ REVOKE ALL ON FUNCTION tide._relay_normalize_config(text,text,jsonb) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION tide._relay_normalize_config(text,text,jsonb) TO tide_admin;
 
 -- The config with its secrets replaced by "********": the keys that the
--- routine of its sink (or source) type declares, such as a webhook's
+-- routine of its sink type declares, such as a webhook's
 -- signing_secret and the headers whose name says they carry a credential
 -- or that are marked {"secret": true}, or a broker's "auth" members
 -- (relay/endpoints/redact.c). A type whose module cannot be loaded is
