@@ -21,6 +21,8 @@
 #include "broker.h"
 #include "secrets.h"
 
+const char *const RelayBrokerSecretKeys[] = {"auth.*", NULL};
+
 void
 RelayConfigCheckCredential(const char *key, const cJSON *v)
 {

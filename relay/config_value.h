@@ -2,7 +2,7 @@
  * config_value.h
  *		Reading one value of a pipeline config, with the messages every
  *		validator gives: the common keys' validator (pipeline_config.c) and
- *		each sink's (relay/sinks/<sink>_config.c) call these.
+ *		each sink's (relay/endpoints/<name>/config.c) call these.
  *
  * A config arrives as a cJSON tree made from its jsonb by
  * RelayConfigFromJsonb, in which every number is a cJSON_Raw item holding

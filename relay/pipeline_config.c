@@ -37,6 +37,7 @@
 #include "utils/rel.h"
 
 #include "config_value.h"
+#include "endpoints/registry.h"
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
@@ -275,9 +276,7 @@ static void
 normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 		  const cJSON *config, cJSON *out)
 {
-	const char **sink_types;
 	const RelaySinkRoutine *sink;
-	int			n = 0;
 	const char *sink_type;
 
 	/*
@@ -294,13 +293,14 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
-	while (RelaySinkNameAt(n) != NULL)
-		n++;
-	sink_types = palloc(sizeof(char *) * (n + 1));
-	for (int i = 0; i < n; i++)
-		sink_types[i] = RelaySinkNameAt(i);
-	sink_types[n] = NULL;
-	sink_type = RelayConfigChoice(config, "sink_type", sink_types, NULL);
+	/*
+	 * A type this server knows passes as it is; anything else is refused
+	 * with the list of the types there are (a directory read: not for
+	 * every valid config).
+	 */
+	sink_type = RelayConfigString(config, "sink_type");
+	if (sink_type == NULL || !RelayEndpointIsKnown(RELAY_ENDPOINT_SINK, sink_type))
+		sink_type = RelayConfigChoice(config, "sink_type", RelayEndpointNames(RELAY_ENDPOINT_SINK), NULL);
 	/* a broker's sink is a module: loaded here, or refused with what to install */
 	sink = RelaySinkLoad(sink_type);
 

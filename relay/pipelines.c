@@ -41,6 +41,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "endpoints/registry.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
 #include "forward.h"

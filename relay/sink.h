@@ -3,8 +3,9 @@
  *		The interface between the relay's worker loop and its sinks, in the
  *		manner of PostgreSQL's FdwRoutine: each sink type is a table of
  *		callbacks (RelaySinkRoutine) that the loop calls through, and never
- *		names an implementation. A new sink is a file in relay/sinks/ and one
- *		line in relay/sinks/sinks.c; a broker's sink is a module of its own
+ *		names an implementation. A new sink is a folder,
+ *		relay/endpoints/<name>/, whose init symbol registers its routine
+ *		(relay/endpoints/registry.h); a broker's sink is a module of its own
  *		(relay/broker.h).
  *
  * A pipeline's life: `open` turns its config into the sink's own state
@@ -143,6 +144,15 @@ typedef struct RelaySinkRoutine
 {
 	const char *name;			/* sink_type in a pipeline's config */
 	const char *const *config_keys; /* the keys of the config it reads, NULL-ended */
+
+	/*
+	 * The keys whose values are secrets, NULL-ended (NULL: none): every
+	 * output of a config redacts them (relay/endpoints/redact.c). "a.b" is
+	 * member b of object a; "a.*" is each member of object a whose name
+	 * says it carries a credential (auth, token, secret, key, passw, ...),
+	 * or that is an object marked {"secret": true}.
+	 */
+	const char *const *secret_keys;
 	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
 											 * the destination keeps what was
 											 * delivered (a broker) */
@@ -187,15 +197,6 @@ typedef struct RelaySinkRoutine
 	/* Ends a pipeline's state (no batch in flight); NULL: nothing to do. */
 	void		(*close) (void *state);
 } RelaySinkRoutine;
-
-/*
- * sinks/sinks.c: the routine of a sink type, loading a broker's module
- * (an ERROR, 42704, when it cannot be); the routine if it is built in or
- * already loaded, else NULL; the i-th type's name, from 0.
- */
-extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLoad(const char *name);
-extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLookup(const char *name);
-extern PGDLLEXPORT const char *RelaySinkNameAt(int i);
 
 /* Sets one message's failure. */
 static inline void

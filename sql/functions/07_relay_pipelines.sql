@@ -3,8 +3,7 @@
 -- config jsonb holds the outbox, the consumer group it reads through and the
 -- sink's settings, validated and completed with defaults whenever a row is
 -- written (relay/pipeline_config.c; see docs/relay.md#pipelines). The relay
--- delivers webhook and file pipelines (relay/sink_webhook.c,
--- relay/sink_file.c).
+-- delivers them through the sinks of relay/endpoints/.
 -- ---------------------------------------------------------------------------
 
 -- Validates a pipeline config and returns it as stored: every default
@@ -21,65 +20,18 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_normalize_config(text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_normalize_config(text,text,jsonb) TO tide_admin;
 
--- Whether a header's value is a secret by the header's name alone: the
--- headers that carry credentials (Authorization, Proxy-Authorization,
--- Cookie, Set-Cookie, X-Api-Key, X-Auth-Token, X-Session-Id,
--- X-Hub-Signature, ...), that is any name that contains auth, cookie,
--- token, secret, key, passw (password, passwd), pwd, credential, session,
--- signature or jwt, in any case. The one place of this rule: every output
--- that shows a config redacts through tide._relay_redact, which asks here.
-CREATE OR REPLACE FUNCTION tide._relay_secret_header(p_name text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-RETURN pg_catalog.lower(p_name)
-	   OPERATOR(pg_catalog.~) '(auth|cookie|token|secret|key|passw|pwd|credential|session|signature|jwt)';
-COMMENT ON FUNCTION tide._relay_secret_header(text)
-	IS 'internal: whether a header of this name carries a credential, so that its value is redacted';
-REVOKE ALL ON FUNCTION tide._relay_secret_header(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_secret_header(text) TO tide_admin;
-
--- The config with secrets replaced by "********": signing_secret, the
--- values of headers marked {"secret": true}, the values of headers
--- whose name says they carry a credential (tide._relay_secret_header),
--- and the string members of a broker's "auth" object whose name says so
--- (password, token, ...).
--- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
--- names, not secrets.
+-- The config with its secrets replaced by "********": the keys that the
+-- routine of its sink type declares, such as a webhook's
+-- signing_secret and the headers whose name says they carry a credential
+-- or that are marked {"secret": true}, or a broker's "auth" members
+-- (relay/endpoints/redact.c). A type whose module cannot be loaded is
+-- redacted conservatively. References to secrets ({"env": ...},
+-- {"file": ...}) are shown: they are names, not secrets. STABLE: the
+-- result depends on the modules installed.
 CREATE OR REPLACE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$
-	SELECT p_config
-		|| CASE WHEN p_config ? 'signing_secret' THEN
-				jsonb_build_object('signing_secret',
-					CASE WHEN jsonb_typeof(p_config -> 'signing_secret') = 'array'
-						 THEN (SELECT jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e
-													 ELSE '"********"' END ORDER BY n)
-								 FROM jsonb_array_elements(p_config -> 'signing_secret') WITH ORDINALITY AS a (e, n))
-						 WHEN jsonb_typeof(p_config -> 'signing_secret') = 'object'
-						 THEN p_config -> 'signing_secret'
-						 ELSE '"********"' END)
-		   ELSE '{}' END
-		|| CASE WHEN jsonb_typeof(p_config -> 'headers') = 'object' THEN
-				jsonb_build_object('headers', coalesce((
-					SELECT jsonb_object_agg(key,
-							CASE WHEN jsonb_typeof(value) = 'object' AND value ? 'value'
-									  AND (value -> 'secret' = 'true' OR tide._relay_secret_header(key))
-								 THEN value || '{"value": "********"}'
-								 WHEN jsonb_typeof(value) = 'object' THEN value
-								 WHEN tide._relay_secret_header(key)
-								 THEN '"********"' ELSE value END)
-					  FROM jsonb_each(p_config -> 'headers')), '{}'))
-		   ELSE '{}' END
-		|| CASE WHEN jsonb_typeof(p_config -> 'auth') = 'object' THEN
-				jsonb_build_object('auth', coalesce((
-					SELECT jsonb_object_agg(key,
-							CASE WHEN jsonb_typeof(value) = 'string' AND tide._relay_secret_header(key)
-								 THEN '"********"' ELSE value END)
-					  FROM jsonb_each(p_config -> 'auth')), '{}'))
-		   ELSE '{}' END
-$$
+AS 'MODULE_PATHNAME', 'tide_relay_redact'
+LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_redact(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_redact(jsonb) TO tide_admin;

@@ -33,6 +33,10 @@ DROP FUNCTION tide._relay_number_text(numeric);
 DROP FUNCTION tide._relay_check_type(text, jsonb, text, text);
 DROP FUNCTION tide._relay_bad_config(text, text);
 
+-- A config is redacted in C from the secret keys each sink declares
+-- (relay/endpoints/redact.c): the rule on header names lives there now.
+DROP FUNCTION tide._relay_secret_header(text);
+
 -- What only the relay worker knows, for relay_pipeline_status: its hold of
 -- a pipeline and the ERROR that ended the pipeline's last turn
 -- (relay/pipeline_state.c).

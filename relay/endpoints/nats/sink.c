@@ -1,11 +1,11 @@
 /*
- * nats.c
+ * sink.c
  *		The NATS JetStream sink (pg_tide_nats.so, linked with nats.c's
  *		libnats): publishes each message to a subject with JetStream's
  *		publish acknowledgements, many in flight, and counts a message
  *		delivered only once its PubAck came back without an error.
  *
- * 1. `open` reads the pipeline's config (validated by nats_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  its credentials (broker.h); the connection is made by the first batch
  *	  and kept for the pipeline's life: nats.c reconnects by itself.
  *	  natsConnection_Connect blocks (up to NATS_CONNECT_TIMEOUT_MS a
@@ -58,6 +58,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "nats_sink.h"
 
 PG_MODULE_MAGIC;
@@ -1000,6 +1001,7 @@ static const RelaySinkRoutine nats_routine = {
 	.log_failures_by_default = true,
 	.sends_on_own_threads = true,
 	.config_keys = RelayNatsConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayNatsValidate,
 	.open = nats_open,
 	.start = nats_start,
@@ -1009,10 +1011,5 @@ static const RelaySinkRoutine nats_routine = {
 	.close = nats_close,
 };
 
-PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &nats_routine;
-}
+/* The init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(nats, nats_routine);

@@ -1,5 +1,5 @@
 /*
- * mqtt_config.c
+ * config.c
  *		The MQTT sink's keys of a pipeline config: host, port, topic (a
  *		destination template), qos, protocol, client_id, retain,
  *		max_in_flight, timeout_ms, auth, tls and body; see docs/sinks/mqtt.md.

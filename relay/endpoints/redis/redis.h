@@ -1,7 +1,7 @@
 /*
  * redis.h
- *		What the Redis Streams sink's two files share (redis.c delivers,
- *		redis_config.c validates): the address a "url" names, its parser,
+ *		What the Redis Streams sink's two files share (sink.c delivers,
+ *		config.c validates): the address a "url" names, its parser,
  *		and the validator the routine points at.
  */
 #ifndef TIDE_REDIS_H
@@ -26,7 +26,7 @@ typedef struct RedisAddress
  */
 extern bool RedisParseUrl(const char *url, RedisAddress *addr, const char **why);
 
-/* redis_config.c: the validator and the keys of the sink. */
+/* config.c: the validator and the keys of the sink. */
 extern void RedisValidate(const cJSON *config, cJSON *out);
 extern const char *const RedisConfigKeys[];
 

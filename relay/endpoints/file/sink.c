@@ -1,5 +1,5 @@
 /*
- * file.c
+ * sink.c
  *		The file sink: appends one JSON line per message to a file, for
  *		diagnostics. Its config: "path" (required) and "fsync" (default
  *		true).
@@ -30,7 +30,8 @@
 #include "portability/instr_time.h"
 
 #include "sink.h"
-#include "sinks.h"
+#include "endpoints/registry.h"
+#include "file.h"
 
 /* A file pipeline's settings, from its config. */
 typedef struct FileSinkConfig
@@ -223,7 +224,7 @@ file_cancel(void *state, RelaySinkBatch *batch)
 {
 }
 
-const RelaySinkRoutine RelayFileSinkRoutine = {
+static const RelaySinkRoutine file_routine = {
 	.name = "file",
 	.config_keys = RelayFileConfigKeys,
 	.validate = RelayFileValidate,
@@ -234,3 +235,6 @@ const RelaySinkRoutine RelayFileSinkRoutine = {
 	.cancel = file_cancel,
 	.close = NULL,
 };
+
+/* The init symbol of the file sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(file, file_routine);

@@ -1,12 +1,12 @@
 /*
- * webhook.c
+ * sink.c
  *		The webhook sink: POSTs messages to a URL, signed the Standard
  *		Webhooks way, through one libcurl multi handle that the worker's
  *		loop drives together with every other batch in flight.
  *
  * 1. `open` reads the pipeline's config (url, mode, max_in_flight,
  *	  timeout_ms, headers, signing_secret, signature, allow_http,
- *	  allow_private_network; validated by webhook_config.c) and reads the
+ *	  allow_private_network; validated by config.c) and reads the
  *	  secrets it refers to (secrets.c).
  * 2. `start` builds the requests. Mode 'single': one request per message,
  *	  the body the message's JSON object; mode 'batch': one request whose
@@ -76,7 +76,8 @@
 #include "relay.h"
 #include "signature.h"
 #include "sink.h"
-#include "sinks.h"
+#include "endpoints/registry.h"
+#include "webhook.h"
 
 /* How much of a response body is kept (for the log). */
 #define WEBHOOK_MAX_RESPONSE	2048
@@ -1186,9 +1187,16 @@ webhook_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-const RelaySinkRoutine RelayWebhookSinkRoutine = {
+/*
+ * The signing secret, and the headers whose name says they carry a
+ * credential or that are marked {"secret": true}.
+ */
+static const char *const webhook_secret_keys[] = {"signing_secret", "headers.*", NULL};
+
+static const RelaySinkRoutine webhook_routine = {
 	.name = "webhook",
 	.config_keys = RelayWebhookConfigKeys,
+	.secret_keys = webhook_secret_keys,
 	.validate = RelayWebhookValidate,
 	.open = webhook_open,
 	.start = webhook_start,
@@ -1197,3 +1205,6 @@ const RelaySinkRoutine RelayWebhookSinkRoutine = {
 	.cancel = webhook_cancel,
 	.close = NULL,
 };
+
+/* The init symbol of the webhook sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(webhook, webhook_routine);

@@ -1,7 +1,7 @@
 /*
  * nats_sink.h
- *		What the NATS JetStream sink's two files share: nats.c (the routine
- *		and the delivery) and nats_config.c (the validator of its keys).
+ *		What the NATS JetStream sink's two files share: sink.c (the routine
+ *		and the delivery) and config.c (the validator of its keys).
  *		Not named nats.h, which is nats.c's client library's header.
  */
 #ifndef TIDE_NATS_SINK_H

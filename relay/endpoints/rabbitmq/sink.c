@@ -1,10 +1,10 @@
 /*
- * rabbitmq.c
+ * sink.c
  *		The RabbitMQ sink (the module pg_tide_rabbitmq.so): publishes each
  *		message to an exchange with publisher confirms, through rabbitmq-c,
  *		with the worker's loop waiting on the connection's socket.
  *
- * 1. `open` reads the config (validated by rabbitmq_config.c) and the
+ * 1. `open` reads the config (validated by config.c) and the
  *	  credentials it refers to. The connection is made by the first batch
  *	  and kept across batches: TCP or TLS, login to the vhost, one channel
  *	  in confirm mode (confirm.select). rabbitmq-c makes it only blocking,
@@ -62,6 +62,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "rabbitmq.h"
 
 PG_MODULE_MAGIC;
@@ -1199,6 +1200,7 @@ static const RelaySinkRoutine rabbitmq_routine = {
 	.name = "rabbitmq",
 	.log_failures_by_default = true,
 	.config_keys = RelayRabbitmqConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayRabbitmqValidate,
 	.open = rabbitmq_open,
 	.start = rabbitmq_start,
@@ -1208,10 +1210,5 @@ static const RelaySinkRoutine rabbitmq_routine = {
 	.close = rabbitmq_close,
 };
 
-PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &rabbitmq_routine;
-}
+/* The init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(rabbitmq, rabbitmq_routine);

@@ -1,5 +1,5 @@
 /*
- * file_config.c
+ * config.c
  *		The file sink's keys of a pipeline config: path and fsync; see
  *		docs/relay.md#file-sink.
  *
@@ -14,7 +14,7 @@
 #include "catalog/pg_authid.h"
 
 #include "config_value.h"
-#include "sinks.h"
+#include "file.h"
 
 const char *const RelayFileConfigKeys[] = {"path", "batch_size", "fsync", NULL};
 

@@ -1,11 +1,11 @@
 /*
- * mqtt.c
+ * sink.c
  *		The MQTT sink: publishes each message with QoS 1 or 2 through
  *		libmosquitto, and counts it delivered once the broker acknowledged
  *		it (PUBACK for QoS 1, PUBCOMP for QoS 2). Built as pg_tide_mqtt.so
  *		(relay/broker.h), so that pg_tide.so never needs libmosquitto.
  *
- * 1. `open` reads the pipeline's config (validated by mqtt_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  the credentials it refers to. The connection is made by the first
  *	  batch and kept across batches; a pipeline has one client, whose id is
  *	  "client_id" or, by default, pg_tide-<system identifier>-<database
@@ -69,6 +69,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "mqtt.h"
 
 PG_MODULE_MAGIC;
@@ -960,6 +961,7 @@ static const RelaySinkRoutine mqtt_routine = {
 	.name = "mqtt",
 	.log_failures_by_default = true,
 	.config_keys = RelayMqttConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayMqttValidate,
 	.open = mqtt_open,
 	.start = mqtt_start,
@@ -969,10 +971,5 @@ static const RelaySinkRoutine mqtt_routine = {
 	.close = mqtt_close,
 };
 
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &mqtt_routine;
-}
+/* The init symbol of the MQTT sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(mqtt, mqtt_routine);

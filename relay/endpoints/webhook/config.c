@@ -1,5 +1,5 @@
 /*
- * webhook_config.c
+ * config.c
  *		The webhook sink's keys of a pipeline config: url (with the SSRF
  *		check on an address written in it), mode, max_in_flight,
  *		timeout_ms, headers, signing_secret, signature, allow_http and
@@ -18,7 +18,7 @@
 
 #include "address.h"
 #include "config_value.h"
-#include "sinks.h"
+#include "webhook.h"
 #include "signature.h"
 
 const char *const RelayWebhookConfigKeys[] = {

@@ -1,5 +1,5 @@
 /*
- * nats_config.c
+ * config.c
  *		The NATS JetStream sink's keys of a pipeline config: servers,
  *		subject, stream, max_in_flight, timeout_ms, auth, tls and body; see
  *		docs/sinks/nats.md.

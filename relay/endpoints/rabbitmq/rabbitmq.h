@@ -1,7 +1,7 @@
 /*
  * rabbitmq.h
- *		What the RabbitMQ sink's two files share (rabbitmq.c delivers,
- *		rabbitmq_config.c validates): rabbitmq-c's headers, which moved
+ *		What the RabbitMQ sink's two files share (sink.c delivers,
+ *		config.c validates): rabbitmq-c's headers, which moved
  *		to rabbitmq-c/ in 0.14 (the old names warn, which -Werror
  *		refuses), and the validator.
  */

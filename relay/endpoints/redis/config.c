@@ -1,5 +1,5 @@
 /*
- * redis_config.c
+ * config.c
  *		The Redis Streams sink's keys of a pipeline config: url, stream,
  *		maxlen, max_in_flight, timeout_ms, auth, tls and body; see
  *		docs/sinks/redis.md.

@@ -1,5 +1,5 @@
 /*
- * rabbitmq_config.c
+ * config.c
  *		The RabbitMQ sink's keys of a pipeline config: host, port, vhost,
  *		exchange, routing_key, max_in_flight, timeout_ms, auth, tls and
  *		body; see docs/sinks/rabbitmq.md.

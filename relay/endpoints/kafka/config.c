@@ -1,5 +1,5 @@
 /*
- * kafka_config.c
+ * config.c
  *		The Kafka sink's keys of a pipeline config: bootstrap_servers,
  *		topic (a destination template), max_in_flight, timeout_ms, body,
  *		compression, linger_ms, auth (SASL), tls and producer (extra

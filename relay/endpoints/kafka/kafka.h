@@ -1,7 +1,7 @@
 /*
  * kafka.h
  *		What the Kafka sink's two files share: the validator of its keys
- *		(kafka_config.c) and the librdkafka configuration built from a
+ *		(config.c) and the librdkafka configuration built from a
  *		validated config, which the validator also builds once to let
  *		librdkafka check every property before a pipeline is accepted.
  */
@@ -18,7 +18,7 @@ extern void RelayKafkaValidate(const cJSON *config, cJSON *out);
 /*
  * The producer's configuration from a validated config: the idempotent
  * producer with acks=all, the message and request timeouts within the
- * batch's timeout_ms (half of it each: see kafka.c), compression, linger,
+ * batch's timeout_ms (half of it each: see sink.c), compression, linger,
  * TLS, SASL with the given password (NULL: none), and the allowed extra
  * "producer" properties. NULL, with errstr, when librdkafka refuses one.
  * No palloc: errstr is the caller's.

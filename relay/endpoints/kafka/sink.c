@@ -1,10 +1,10 @@
 /*
- * kafka.c
+ * sink.c
  *		The Kafka sink (pg_tide_kafka.so): produces each message to a
  *		topic with librdkafka's idempotent producer (acks=all), and counts a
  *		message delivered only when its delivery report says so.
  *
- * 1. `open` builds one producer per pipeline (kafka_config.c's
+ * 1. `open` builds one producer per pipeline (config.c's
  *	  KafkaBuildConf), kept across batches until `close`. librdkafka runs
  *	  its own threads; they never call back into PostgreSQL. Its main
  *	  queue, where delivery reports and errors wait, writes to the
@@ -68,6 +68,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "kafka.h"
 
 PG_MODULE_MAGIC;
@@ -633,6 +634,7 @@ static const RelaySinkRoutine kafka_routine = {
 	.log_failures_by_default = true,
 	.sends_on_own_threads = true,
 	.config_keys = RelayKafkaConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RelayKafkaValidate,
 	.open = kafka_open,
 	.start = kafka_start,
@@ -642,10 +644,5 @@ static const RelaySinkRoutine kafka_routine = {
 	.close = kafka_close,
 };
 
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &kafka_routine;
-}
+/* The init symbol of the Kafka sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(kafka, kafka_routine);

@@ -1,7 +1,7 @@
 /*
  * mqtt.h
  *		What the MQTT sink's two files share: the validator of its config
- *		keys (mqtt_config.c) and the keys, for its routine (mqtt.c).
+ *		keys (config.c) and the keys, for its routine (sink.c).
  */
 #ifndef TIDE_MQTT_H
 #define TIDE_MQTT_H

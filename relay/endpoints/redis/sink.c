@@ -1,11 +1,11 @@
 /*
- * redis.c
+ * sink.c
  *		The Redis Streams sink (pg_tide_redis.so): appends each message to a
  *		stream with XADD over hiredis's asynchronous API, many commands
  *		pipelined on one connection per pipeline, driven by the worker's
  *		loop like every other batch in flight.
  *
- * 1. `open` reads the pipeline's config (validated by redis_config.c) and
+ * 1. `open` reads the pipeline's config (validated by config.c) and
  *	  the credentials it refers to. The connection is the pipeline's: it is
  *	  made by the first batch (redisAsyncConnect, which does not wait for
  *	  the connect), kept across batches and dropped in `close`. A host name
@@ -76,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "endpoints/registry.h"
 #include "redis.h"
 
 PG_MODULE_MAGIC;
@@ -871,6 +872,7 @@ static const RelaySinkRoutine redis_routine = {
 	.name = "redis",
 	.log_failures_by_default = true,
 	.config_keys = RedisConfigKeys,
+	.secret_keys = RelayBrokerSecretKeys,
 	.validate = RedisValidate,
 	.open = redis_open,
 	.start = redis_start,
@@ -880,11 +882,5 @@ static const RelaySinkRoutine redis_routine = {
 	.close = redis_close,
 };
 
-/* The module's one entry point, which relay/sinks/sinks.c looks up. */
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &redis_routine;
-}
+/* The init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(redis, redis_routine);
