@@ -27,6 +27,7 @@ OBJS = \
 	relay/events.o \
 	relay/json_text.o \
 	relay/config_read.o \
+	relay/source_types.o \
 	relay/sinks/sinks.o \
 	relay/sinks/file.o \
 	relay/sinks/webhook.o relay/address.o relay/attempt_log.o \
