@@ -27,7 +27,7 @@ OBJS = \
 	relay/events.o \
 	relay/json_text.o \
 	relay/config_read.o \
-	relay/source_types.o \
+	relay/source_types.o relay/source_redact.o relay/reverse_config.o relay/pipeline_names.o \
 	relay/sinks/sinks.o \
 	relay/sinks/file.o \
 	relay/sinks/webhook.o relay/address.o relay/attempt_log.o \

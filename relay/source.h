@@ -57,11 +57,13 @@ typedef struct RelaySourceRoutine
  * source_types.c: registers a source type (an endpoint's init function
  * calls it; a second routine of one name is an ERROR); the routine of a
  * type, loading the module that provides it (an ERROR, 22023, naming the
- * module and the package when no module provides it); the routine if it
- * is registered in this process already, else NULL.
+ * module and the package when no module provides it); the same, NULL
+ * instead of the ERROR; the routine if it is registered in this process
+ * already, else NULL.
  */
 extern PGDLLEXPORT void RelayRegisterSource(const RelaySourceRoutine *routine);
 extern PGDLLEXPORT const RelaySourceRoutine *RelaySourceLoad(const char *name);
+extern PGDLLEXPORT const RelaySourceRoutine *RelaySourceFind(const char *name);
 extern PGDLLEXPORT const RelaySourceRoutine *RelaySourceLookup(const char *name);
 
 #endif							/* TIDE_SOURCE_H */

@@ -66,7 +66,7 @@ RelaySourceLookup(const char *name)
 static bool
 plausible_type_name(const char *name)
 {
-	size_t		len = strlen(name);
+	size_t		len = name ? strlen(name) : 0;
 
 	if (len == 0 || len > MAX_SOURCE_TYPE_NAME || name[0] < 'a' || name[0] > 'z')
 		return false;
@@ -126,38 +126,59 @@ registered_names(void)
 
 /*
  * The routine of a source type, running the init function of the endpoint
+ * that provides it if need be; NULL, with *error saying why, when none
+ * does. An ERROR other than a loader's (a cancel) is raised.
+ */
+static const RelaySourceRoutine *
+find_source(const char *name, char **error)
+{
+	const RelaySourceRoutine *routine = RelaySourceLookup(name);
+	char	   *symbol;
+	char		path[MAXPGPATH];
+	struct stat st;
+
+	*error = NULL;
+	if (routine != NULL || !plausible_type_name(name))
+		return routine;
+	symbol = psprintf("pg_tide_endpoint_%s", name);
+	snprintf(path, sizeof(path), "%s/pg_tide_%s%s", pkglib_path, name, DLSUFFIX);
+	if (run_endpoint_init("$libdir/pg_tide", symbol, error))
+		*error = psprintf("endpoint \"%s\" has no source", name);
+	else if (stat(path, &st) != 0)
+		*error = psprintf("no module provides it: pg_tide_%s%s is not installed", name, DLSUFFIX);
+	else if (run_endpoint_init(path, symbol, error))
+		*error = psprintf("pg_tide_%s%s has no source", name, DLSUFFIX);
+	else if (*error == NULL)
+		*error = psprintf("pg_tide_%s%s has no function %s", name, DLSUFFIX, symbol);
+	return RelaySourceLookup(name);
+}
+
+/* The routine of a source type, or NULL when no endpoint provides it. */
+const RelaySourceRoutine *
+RelaySourceFind(const char *name)
+{
+	char	   *error;
+
+	return name == NULL ? NULL : find_source(name, &error);
+}
+
+/*
+ * The routine of a source type, running the init function of the endpoint
  * that provides it if need be; an ERROR (22023, with the module and the
  * package that would bring it) when none does.
  */
 const RelaySourceRoutine *
 RelaySourceLoad(const char *name)
 {
-	const RelaySourceRoutine *routine = RelaySourceLookup(name);
-	char	   *error = NULL;
-	char	   *symbol;
-	char		path[MAXPGPATH];
-	struct stat st;
+	char	   *error;
+	const RelaySourceRoutine *routine = find_source(name, &error);
 
 	if (routine != NULL)
 		return routine;
-	if (!plausible_type_name(name))
+	if (error == NULL)
 		RelayConfigError(psprintf("A source type is a lower-case name such as \"postgres\"; docs/relay.md, \"Reverse pipelines\", lists the source types%s%s.",
 								  nregistered > 0 ? "; this server has " : "", registered_names()),
 						 "unknown source type \"%s\"", name);
-
-	symbol = psprintf("pg_tide_endpoint_%s", name);
-	snprintf(path, sizeof(path), "%s/pg_tide_%s%s", pkglib_path, name, DLSUFFIX);
-	if (run_endpoint_init("$libdir/pg_tide", symbol, &error))
-		error = psprintf("endpoint \"%s\" has no source", name);
-	else if (stat(path, &st) != 0)
-		error = psprintf("no module provides it: pg_tide_%s%s is not installed", name, DLSUFFIX);
-	else if (run_endpoint_init(path, symbol, &error))
-		error = psprintf("pg_tide_%s%s has no source", name, DLSUFFIX);
-	else if (error == NULL)
-		error = psprintf("pg_tide_%s%s has no function %s", name, DLSUFFIX, symbol);
-	routine = RelaySourceLookup(name);
-	if (routine != NULL)
-		return routine;
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown source type \"%s\"", name),
