@@ -13,7 +13,7 @@
  * stored normalised too) and the relay worker on every row it reads.
  *
  * The first error found is raised, in the order of the config's meaning:
- * inbox, source type, unknown keys, the source's keys, batch_size.
+ * inbox, batch_size, source type, unknown keys, the source's keys.
  */
 #include "postgres.h"
 
@@ -65,6 +65,7 @@ normalize_reverse(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 							   "Give \"inbox\", the name of the inbox the pipeline writes into.");
 	check_inbox_exists(inbox);
 	RelayConfigAddString(out, "inbox", inbox);
+	RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 10000, 100));
 
 	type = cJSON_GetObjectItemCaseSensitive(config, "source_type");
 	if (type == NULL)
@@ -76,7 +77,6 @@ normalize_reverse(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 	RelayConfigCheckKeys(config, reverse_keys, source->config_keys, "");
 	RelayConfigAddString(out, "source_type", source->name);
 	source->validate(config, out);
-	RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 10000, 100));
 }
 
 /* A reverse pipeline's config as stored (see reverse_config.h). */
