@@ -271,7 +271,7 @@ attempt_log_config(const cJSON *config, const RelaySinkRoutine *sink, cJSON *out
 	RelayConfigAddBool(out, "attempt_log", cJSON_IsTrue(v));
 }
 
-/* The names a forward pipeline's config is checked against: relay_set_outbox's parameters. */
+/* What a forward config's names must agree with: relay_set_outbox's parameters. */
 typedef struct ForwardNames
 {
 	const char *outbox;
@@ -295,11 +295,12 @@ normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 	 * set again.
 	 */
 	outbox = RelayConfigNameKey(config, "outbox", outbox, "outbox", "p_outbox",
-					  "The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
-					  "Give \"outbox\", the name of the outbox the pipeline reads.");
-	consumer_group = RelayConfigNameKey(config, "consumer_group", consumer_group, "consumer group", "p_consumer_group",
-							  "The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
-							  "Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
+								"The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
+								"Give \"outbox\", the name of the outbox the pipeline reads.");
+	consumer_group = RelayConfigNameKey(config, "consumer_group", consumer_group, "consumer group",
+										"p_consumer_group",
+										"The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
+										"Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
