@@ -54,9 +54,11 @@ RelayCheckPipelineNameFree(const char *name, bool reverse)
 		elog(ERROR, "could not lock pipeline name \"%s\"", name);
 	/* read-write: a snapshot taken after the lock, in READ COMMITTED */
 	if (SPI_execute_plan(reverse ?
-						 TidePlan(&forward_plan, "SELECT FROM tide.relay_outbox_config WHERE name = $1",
+						 TidePlan(&forward_plan,
+								  "SELECT FROM tide.relay_outbox_config WHERE name OPERATOR(pg_catalog.=) $1",
 								  1, name_types) :
-						 TidePlan(&reverse_plan, "SELECT FROM tide.relay_inbox_config WHERE name = $1",
+						 TidePlan(&reverse_plan,
+								  "SELECT FROM tide.relay_inbox_config WHERE name OPERATOR(pg_catalog.=) $1",
 								  1, name_types),
 						 name_args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the pipelines");
