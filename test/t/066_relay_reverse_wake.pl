@@ -32,10 +32,26 @@ sub starts_since
 	return scalar(() = substr($log, $from) =~ /$started/g);
 }
 
+# How many relay workers of the database run now.
+sub workers
+{
+	return sql("SELECT count(*) FROM pg_stat_activity
+		WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres'");
+}
+
+# Once the database has no worker: whether running $statement starts one
+# within 10 s.
+sub starts_worker
+{
+	my ($statement) = @_;
+	wait_until(sub { workers() == 0 }, 30);
+	my $from = -s $node->logfile;
+	sql($statement);
+	return wait_until(sub { starts_since($from) > 0 }, 10);
+}
+
 # The start-up worker finds no enabled pipeline and leaves.
-ok(wait_until(sub { sql("SELECT count(*) FROM pg_stat_activity
-		WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres'") == 0 }, 30),
-	'the database has no relay worker at rest');
+ok(wait_until(sub { workers() == 0 }, 30), 'the database has no relay worker at rest');
 
 # A reverse pipeline's row, written as a restore writes it (no trigger, so
 # no wake-up yet).
@@ -43,29 +59,16 @@ sql("SELECT tide.inbox_create('rw_in')");
 sql(q{SET session_replication_role = replica;
 	INSERT INTO tide.relay_inbox_config (name, config)
 	VALUES ('rw', '{"inbox": "rw_in", "source_type": "carrier_pigeon", "batch_size": 100}')});
-usleep(1_000_000);
 my $from = -s $node->logfile;
+usleep(1_000_000);
 is(starts_since($from), 0, 'no worker started meanwhile');
 
-# Disabling it (a change its trigger announces) brings a worker at once.
-sql("SELECT tide.relay_disable('rw')");
-ok(wait_until(sub { starts_since($from) > 0 }, 10),
+# Each change its trigger announces brings a worker at once.
+ok(starts_worker("SELECT tide.relay_disable('rw')"),
 	'disabling a reverse pipeline starts a relay worker for its database');
-
-# Enabling it again does too.
-wait_until(sub { sql("SELECT count(*) FROM pg_stat_activity
-		WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres'") == 0 }, 30);
-$from = -s $node->logfile;
-sql("SELECT tide.relay_enable('rw')");
-ok(wait_until(sub { starts_since($from) > 0 }, 10),
+ok(starts_worker("SELECT tide.relay_enable('rw')"),
 	'enabling a reverse pipeline starts a relay worker for its database');
-
-# Deleting it too.
-wait_until(sub { sql("SELECT count(*) FROM pg_stat_activity
-		WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres'") == 0 }, 30);
-$from = -s $node->logfile;
-sql("SELECT tide.relay_delete('rw')");
-ok(wait_until(sub { starts_since($from) > 0 }, 10),
+ok(starts_worker("SELECT tide.relay_delete('rw')"),
 	'deleting a reverse pipeline starts a relay worker for its database');
 is(sql("SELECT count(*) FROM tide.relay_inbox_config"), '0', 'and the pipeline is gone');
 
