@@ -42,6 +42,7 @@
 #include "pg_tide.h"
 #include "pipeline_config.h"
 #include "forward.h"
+#include "reverse_config.h"
 #include "secrets.h"
 #include "sink.h"
 
@@ -68,12 +69,13 @@ sink_takes(const RelaySinkRoutine *sink, const char *key)
 }
 
 /*
- * The pipeline's outbox or consumer group: given (the config's key must
- * then agree) or, given is NULL, the config's key.
+ * A name the pipeline's config holds (its outbox, consumer group, inbox):
+ * given (the config's key must then agree) or, given is NULL, the config's
+ * key.
  */
-static const char *
-name_key(const cJSON *config, const char *key, const char *given, const char *kind,
-		 const char *param, const char *mismatch_hint, const char *missing_hint)
+const char *
+RelayConfigNameKey(const cJSON *config, const char *key, const char *given, const char *kind,
+				   const char *param, const char *mismatch_hint, const char *missing_hint)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
 
@@ -271,11 +273,19 @@ attempt_log_config(const cJSON *config, const RelaySinkRoutine *sink, cJSON *out
 	RelayConfigAddBool(out, "attempt_log", cJSON_IsTrue(v));
 }
 
+/* What a forward config's names must agree with: relay_set_outbox's parameters. */
+typedef struct ForwardNames
+{
+	const char *outbox;
+	const char *consumer_group;
+} ForwardNames;
+
 /* The common keys and the sink's, of a config already known to be an object. */
 static void
-normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
-		  const cJSON *config, cJSON *out)
+normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 {
+	const char *outbox = ((ForwardNames *) arg)->outbox;
+	const char *consumer_group = ((ForwardNames *) arg)->consumer_group;
 	const RelaySinkRoutine *sink;
 	const char *sink_type;
 
@@ -284,12 +294,13 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	 * are accepted when they agree, so that relay_get_config's output can be
 	 * set again.
 	 */
-	outbox = name_key(config, "outbox", outbox, "outbox", "p_outbox",
-					  "The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
-					  "Give \"outbox\", the name of the outbox the pipeline reads.");
-	consumer_group = name_key(config, "consumer_group", consumer_group, "consumer group", "p_consumer_group",
-							  "The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
-							  "Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
+	outbox = RelayConfigNameKey(config, "outbox", outbox, "outbox", "p_outbox",
+								"The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
+								"Give \"outbox\", the name of the outbox the pipeline reads.");
+	consumer_group = RelayConfigNameKey(config, "consumer_group", consumer_group, "consumer group",
+										"p_consumer_group",
+										"The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
+										"Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
@@ -337,8 +348,9 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	pacing_config(config, out);
 }
 
+/* Checks that a config is a JSON object and normalises it with fn (see pipeline_config.h). */
 Jsonb *
-RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, Oid role)
+RelayNormalizeWith(Jsonb *jb, Oid role, const char *example, RelayNormalizer fn, void *arg)
 {
 	cJSON	   *volatile config = NULL;
 	cJSON	   *volatile out = NULL;
@@ -349,7 +361,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("pipeline config must not be null"),
-				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+				 errhint("Give a config such as %s.", example)));
 	if (!JB_ROOT_IS_OBJECT(jb))
 	{
 		JsonbValue	scalar;
@@ -361,7 +373,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pipeline config must be a JSON object, not %s", type),
-				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+				 errhint("Give a config such as %s.", example)));
 	}
 
 	/*
@@ -375,7 +387,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		out = cJSON_CreateObject();
 		if (out == NULL)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
-		normalize(outbox, consumer_group, jb, config, out);
+		fn(arg, jb, config, out);
 		result = RelayConfigToJsonb(out);
 	}
 	PG_FINALLY();
@@ -386,6 +398,17 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 	}
 	PG_END_TRY();
 	return result;
+}
+
+/* A forward pipeline's config as stored (see pipeline_config.h). */
+Jsonb *
+RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, Oid role)
+{
+	ForwardNames names = {outbox, consumer_group};
+
+	return RelayNormalizeWith(jb, role,
+							  "{\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}",
+							  normalize, &names);
 }
 
 /*
@@ -446,9 +469,11 @@ same_text(Datum a, bool a_null, Datum b, bool b_null)
 
 /*
  * tide._relay_config_check(): the BEFORE INSERT OR UPDATE trigger of
- * tide.relay_outbox_config. It stores the row's owner (row_owner) and
- * validates the row's name and config with the rights of the role that
- * writes it, storing the config normalised. The owner's rights, which are
+ * tide.relay_outbox_config and tide.relay_inbox_config (a reverse
+ * pipeline's config goes to reverse_config.c's validator). It stores the
+ * row's owner (row_owner) and validates the row's name and config with the
+ * rights of the role that writes it, storing the config normalised, and
+ * refuses a name the other direction has. The owner's rights, which are
  * never more than the writer's but for a superuser's row naming another
  * owner, are what the relay worker checks at every reading: a restore by
  * a superuser into a cluster where an owner has lost a right still
@@ -476,12 +501,14 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	int			ncols = 1;
+	bool		reverse;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		elog(ERROR, "tide._relay_config_check() must be a BEFORE INSERT OR UPDATE row trigger");
 	desc = RelationGetDescr(trigdata->tg_relation);
+	reverse = strcmp(RelationGetRelationName(trigdata->tg_relation), "relay_inbox_config") == 0;
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	name_col = SPI_fnumber(desc, "name");
 	config_col = SPI_fnumber(desc, "config");
@@ -519,7 +546,13 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 		ncols = 2;
 	}
 	cols[0] = config_col;
-	values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
-													GetUserId()));
+	if (reverse)
+		values[0] = JsonbPGetDatum(RelayNormalizeReverseConfig(NULL, isnull ? NULL : DatumGetJsonbP(config),
+															   GetUserId()));
+	else
+		values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
+														GetUserId()));
+	/* a pipeline's name is unique across both directions */
+	RelayCheckPipelineNameFree(TextDatumGetCString(name), reverse);
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, ncols, cols, values, nulls));
 }
