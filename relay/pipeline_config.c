@@ -269,6 +269,13 @@ attempt_log_config(const cJSON *config, const RelaySinkRoutine *sink, cJSON *out
 	RelayConfigAddBool(out, "attempt_log", cJSON_IsTrue(v));
 }
 
+/* "a" or "an" before a sink type's name. */
+static const char *
+article(const char *name)
+{
+	return strchr("aeiou", name[0]) != NULL ? "an" : "a";
+}
+
 /* The common keys and the sink's, of a config already known to be an object. */
 static void
 normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
@@ -307,9 +314,9 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	if (!sink_takes(sink, "ordering"))
 		for (const char *const *k = ordering_keys; *k; k++)
 			if (cJSON_GetObjectItemCaseSensitive(config, *k) != NULL)
-				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: a %s pipeline delivers every message in id order.",
-										  sink->name),
-								 "config key \"%s\" is not for a %s pipeline", *k, sink->name);
+				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: %s %s pipeline delivers every message in id order.",
+										  article(sink->name), sink->name),
+								 "config key \"%s\" is not for %s %s pipeline", *k, article(sink->name), sink->name);
 	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
 	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);

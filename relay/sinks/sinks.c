@@ -19,6 +19,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "endpoints/inbox/inbox_sink.h"
 #include "sink.h"
 #include "sinks.h"
 
@@ -34,6 +35,7 @@ typedef struct SinkType
 static const SinkType sink_types[] = {
 	{"webhook", &RelayWebhookSinkRoutine},
 	{"file", &RelayFileSinkRoutine},
+	{"inbox", &RelayInboxSinkRoutine},
 	{"kafka", NULL, "pg_tide_kafka", "librdkafka1", "librdkafka-dev"},
 	{"nats", NULL, "pg_tide_nats", "libnats3.4", "libnats-dev"},
 	{"redis", NULL, "pg_tide_redis", "libhiredis0.14", "libhiredis-dev"},
