@@ -3,8 +3,10 @@
 # moves the pipeline's offset.
 #
 # 1. Exactly once under crashes: 5,000 messages are published in rounds
-#    while the test kills the postmaster with -9 or the relay worker with
-#    SIGTERM at a random moment of each round. Afterwards the inbox holds
+#    while the test kills, at a random moment of each round, the relay
+#    worker with -9 (the postmaster then restarts every process: the
+#    worker dies in the middle of whatever it was doing), the postmaster
+#    with -9 or the relay worker with SIGTERM. Afterwards the inbox holds
 #    every published message once, under event id outbox_orders:<id>, and
 #    nothing else. The inbox's event ids would hide a second write
 #    (ON CONFLICT DO NOTHING), so a BEFORE INSERT trigger logs every row the
@@ -52,6 +54,20 @@ sub exited
 	return $stat =~ /^\d+ \(.*\) Z/ ? 1 : 0;
 }
 
+# Waits until the server answers again after a crash, with a relay worker
+# other than $old; true when it does within 60 s.
+sub back_after_crash
+{
+	my ($old) = @_;
+	return defined wait_until(
+		sub {
+			my ($rc, $out) = $node->psql('postgres',
+				"SELECT count(*) FROM tide.relay_workers() WHERE database = 'postgres' AND pid <> $old");
+			return $rc == 0 && $out eq '1';
+		},
+		60, 100_000);
+}
+
 # Kills the postmaster with -9, waits for every process of it to exit, and
 # starts the node again.
 sub crash_and_restart
@@ -82,8 +98,8 @@ sql(q{
 
 ###########################################################################
 # 1. 5,000 messages, ten rounds of 500, each ended by a kill at a random
-# moment: -9 to the postmaster in even rounds, SIGTERM to the worker in
-# odd ones.
+# moment: -9 to the worker, -9 to the postmaster, SIGTERM to the worker, in
+# turn.
 ###########################################################################
 my $rounds = 10;
 my $per_round = 500;
@@ -93,21 +109,28 @@ srand(62);
 for my $round (1 .. $rounds)
 {
 	my $start = $round * 100_000;
+	wait_until(sub { worker_pid() != 0 }, 30);
+	my $pid = worker_pid();
 	sql("SELECT tide.outbox_publish_batch('orders',
 		ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series($start + 1, $start + $per_round) g))");
 	usleep(int(rand(60_000)));
 	my $in = sql('SELECT count(*) FROM tide.ledger_inbox');
 	$backlog_kills++ if $in < $round * $per_round;
-	if ($round % 2 == 0)
+	my $how = ('worker -9', 'postmaster -9', 'worker SIGTERM')[ ($round - 1) % 3 ];
+	if ($how eq 'worker -9')
+	{
+		kill 'KILL', $pid if $pid;
+		ok(back_after_crash($pid), "round $round: the server is back after the worker's crash");
+	}
+	elsif ($how eq 'postmaster -9')
 	{
 		crash_and_restart();
 	}
 	else
 	{
-		my $pid = worker_pid();
 		kill 'TERM', $pid if $pid;
 	}
-	note("round $round: killed with $in of " . ($round * $per_round) . " in the inbox");
+	note("round $round: $how with $in of " . ($round * $per_round) . " in the inbox");
 }
 my $total = $rounds * $per_round;
 ok(defined wait_until(sub { sql('SELECT count(*) FROM tide.ledger_inbox') >= $total }, 90, 100_000),
