@@ -29,7 +29,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until exited);
 use Time::HiRes qw(usleep time);
 
 my $node = tide_node('inbox_sink',
@@ -41,17 +41,6 @@ sub sql { return $node->safe_psql('postgres', $_[0]) }
 sub worker_pid
 {
 	return sql("SELECT coalesce(max(pid), 0) FROM tide.relay_workers() WHERE database = 'postgres'");
-}
-
-# Whether a process has exited (a zombie counts as exited).
-sub exited
-{
-	my ($pid) = @_;
-	return 1 unless kill(0, $pid);
-	open(my $fh, '<', "/proc/$pid/stat") or return 1;
-	my $stat = <$fh>;
-	close $fh;
-	return $stat =~ /^\d+ \(.*\) Z/ ? 1 : 0;
 }
 
 # Waits until the server answers again after a crash, with a relay worker

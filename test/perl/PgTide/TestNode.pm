@@ -10,7 +10,7 @@ use Time::HiRes qw(time usleep);
 use IO::Socket::INET;
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker);
+our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker exited);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -52,6 +52,19 @@ sub wait_until
 		usleep($step // 20_000);
 	}
 	return undef;
+}
+
+# exited($pid): whether a process has exited: gone, or a zombie (an orphan
+# of a killed postmaster stays one until whoever inherited it reaps it,
+# which in a container can take seconds).
+sub exited
+{
+	my ($pid) = @_;
+	return 1 unless kill(0, $pid);
+	open(my $fh, '<', "/proc/$pid/stat") or return 1;
+	my $stat = <$fh>;
+	close $fh;
+	return defined $stat && $stat =~ /^\d+ \(.*\) Z /;
 }
 
 # disk_full($node, $table, $events): makes every statement that writes table
