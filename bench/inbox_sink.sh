@@ -63,6 +63,19 @@ SELECT tide.inbox_create('plain');
 SELECT tide.relay_set_outbox('to_inbox', 'bench', 'to_inbox',
 	'{"sink_type": "inbox", "inbox": "relayed", "batch_size": $BATCH_SIZE}');
 SELECT tide.relay_disable('to_inbox');
+-- An enabled row that the relay passes over (written with triggers off, as
+-- test/perl/PgTide/TestNode.pm's keep_relay_worker does) keeps the
+-- database's worker running, so that a run measures the relay, not a
+-- worker's start; a valid idle pipeline would be looked at every turn.
+SET session_replication_role = replica;
+INSERT INTO tide.relay_outbox_config (name, config) VALUES ('keep_worker', '{}');
+RESET session_replication_role;
+SELECT tide._relay_wake_worker();
+-- CPU seconds a process of the server has used (utime + stime of /proc).
+CREATE FUNCTION bench.cpu_seconds(p int) RETURNS float8 LANGUAGE sql AS \$\$
+	SELECT (split_part(s, ' ', 12)::bigint + split_part(s, ' ', 13)::bigint)::float8 / $(getconf CLK_TCK)
+	  FROM substring(pg_read_file('/proc/' || p || '/stat') FROM '\) (.*)\$') s
+\$\$;
 -- The plain side: the rows the relay writes, from the outbox's table,
 -- batch rows per transaction.
 CREATE PROCEDURE bench.plain_copy(first bigint, last bigint, batch int)
@@ -91,10 +104,14 @@ reset_inboxes() {
 		-c "CHECKPOINT" >/dev/null
 }
 
-# relay_side <round>: the relay's msg/s for the round's messages.
+# relay_side: "<msg/s> <worker CPU microseconds per message>" of the
+# relay for the round's messages.
 relay_side() {
-	local start end rows
+	local start end rows wpid cpu0 cpu1
 	reset_inboxes
+	wpid=$(scalar "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
+	[ -n "$wpid" ] || { echo "inbox_sink.sh: the database has no relay worker" >&2; tide_show_server_log; exit 1; }
+	cpu0=$(scalar "SELECT bench.cpu_seconds($wpid)")
 	start=$(psql_db -A -t <<SQL | tail -n 1
 BEGIN;
 SELECT tide.relay_enable('to_inbox');
@@ -103,25 +120,27 @@ COMMIT;
 SQL
 )
 	end=$(bench_wait_recorded to_inbox "$LAST") || exit 1
+	cpu1=$(scalar "SELECT bench.cpu_seconds($wpid)")
 	psql_db -c "SELECT tide.relay_disable('to_inbox')" >/dev/null
 	rows=$(scalar "SELECT count(*) FROM tide.relayed_inbox")
 	[ "$rows" -eq "$N" ] || { echo "inbox_sink.sh: the relay wrote $rows rows, not $N" >&2; exit 1; }
-	awk "BEGIN { printf \"%.0f\", $N / ($end - $start) }"
+	awk "BEGIN { printf \"%.0f %.2f\", $N / ($end - $start), ($cpu1 - $cpu0) * 1e6 / $N }"
 }
 
-# plain_side: the plain copy's msg/s for the round's messages.
+# plain_side: "<msg/s> <backend CPU microseconds per message>" of the plain
+# copy for the round's messages.
 plain_side() {
-	local secs rows
+	local out rows
 	reset_inboxes
-	secs=$(psql_db -A -t <<SQL | tail -n 1
-SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
+	out=$(psql_db -A -t <<SQL | tail -n 1
+SELECT extract(epoch FROM clock_timestamp()) AS t0, bench.cpu_seconds(pg_backend_pid()) AS c0 \gset
 CALL bench.plain_copy($FIRST, $LAST, $BATCH_SIZE);
-SELECT extract(epoch FROM clock_timestamp()) - :t0;
+SELECT $N / (extract(epoch FROM clock_timestamp()) - :t0), bench.cpu_seconds(pg_backend_pid()) - :c0;
 SQL
 )
 	rows=$(scalar "SELECT count(*) FROM tide.plain_inbox")
 	[ "$rows" -eq "$N" ] || { echo "inbox_sink.sh: the plain copy wrote $rows rows, not $N" >&2; exit 1; }
-	awk "BEGIN { printf \"%.0f\", $N / $secs }"
+	awk -F'|' "BEGIN { } { printf \"%.0f %.2f\", \$1, \$2 * 1e6 / $N }" <<<"$out"
 }
 
 scalar "SELECT version()"
@@ -147,15 +166,17 @@ SQL
 	[ $((LAST - FIRST + 1)) -eq "$N" ] ||
 		{ echo "inbox_sink.sh: the backlog's ids are not consecutive" >&2; exit 1; }
 	if [ $((round % 2)) -eq 1 ]; then
-		relay=$(relay_side); plain=$(plain_side)
+		read -r relay relay_cpu <<<"$(relay_side)"; read -r plain plain_cpu <<<"$(plain_side)"
 	else
-		plain=$(plain_side); relay=$(relay_side)
+		read -r plain plain_cpu <<<"$(plain_side)"; read -r relay relay_cpu <<<"$(relay_side)"
 	fi
 	ratio=$(awk "BEGIN { printf \"%.3f\", $relay / $plain }")
-	printf '  round %s: relay %s msg/s, plain INSERT ... SELECT %s msg/s, ratio %s\n' \
-		"$round" "$relay" "$plain" "$ratio"
+	printf '  round %s: relay %s msg/s (worker %s us CPU/msg), plain INSERT ... SELECT %s msg/s (%s us CPU/msg), ratio %s\n' \
+		"$round" "$relay" "$relay_cpu" "$plain" "$plain_cpu" "$ratio"
 	bench_record inbox_sink relay "$round" "$relay"
 	bench_record inbox_sink plain "$round" "$plain"
 	bench_record inbox_sink relay_per_plain "$round" "$ratio"
+	bench_record inbox_sink_cpu_us relay "$round" "$relay_cpu"
+	bench_record inbox_sink_cpu_us plain "$round" "$plain_cpu"
 done
 bench_summary

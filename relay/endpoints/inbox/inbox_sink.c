@@ -12,7 +12,9 @@
  *
  * 1. Look up the inbox's table and the pipeline's owner, and whether the
  *	  owner may write the inbox as tide.inbox_receive would (USAGE on the
- *	  schema, INSERT on the table, EXECUTE on tide.inbox_receive). A
+ *	  schema, INSERT on the table, EXECUTE on tide.inbox_receive); the
+ *	  answer is kept until an invalidation (of a relation, schema,
+ *	  function, role or membership) may have changed it. A
  *	  missing inbox or a missing right is the destination's condition, not
  *	  a message's: it is raised as 55000, which holds the pipeline (the
  *	  worker tries again later) instead of dead-lettering its messages.
@@ -46,6 +48,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 
 #include "config_value.h"
@@ -58,7 +62,17 @@ typedef struct InboxSink
 	char	   *event_id_header;	/* NULL: the message identity */
 	Oid			plan_relid;		/* the table insert_plan writes; InvalidOid: none */
 	SPIPlanPtr	insert_plan;
+	RelayInboxTarget target;	/* the last lookup, writable, ... */
+	uint64		target_generation;	/* ... as of rights_generation; 0: none */
 } InboxSink;
+
+/*
+ * Bumped by every invalidation that can change a lookup's answer: a
+ * relation's (a table dropped, a grant on it), a schema's, a function's, a
+ * role's or a role membership's. A lookup is kept while it stays the same.
+ */
+static uint64 rights_generation = 1;
+static bool rights_callbacks = false;
 
 /* What a batch came to, between `start` and `outcomes`. */
 typedef struct InboxBatch
@@ -206,12 +220,87 @@ insert_plan(InboxSink *sink, const RelayInboxTarget *t)
 	return plan;
 }
 
+/* A syscache invalidation: lookups are done again. */
+static void
+rights_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	rights_generation++;
+}
+
+/* A relcache invalidation: lookups are done again. */
+static void
+relation_changed(Datum arg, Oid relid)
+{
+	rights_generation++;
+}
+
+/*
+ * The inbox's table, locked as the insert locks it, and the pipeline's
+ * owner, who may write it (steps 1 and 2 at the top of this file): looked
+ * up again after any invalidation that can change the answer, else kept
+ * from the last batch. An ERROR (55000) when the inbox is missing or its
+ * owner may not write it.
+ */
+static const RelayInboxTarget *
+writable_target(InboxSink *sink, const char *pipeline)
+{
+	RelayInboxTarget *t = &sink->target;
+
+	if (!rights_callbacks)
+	{
+		CacheRegisterRelcacheCallback(relation_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, rights_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, rights_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, rights_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, rights_changed, (Datum) 0);
+		rights_callbacks = true;
+	}
+	/* taking the lock reads the invalidations that came meanwhile: look again */
+	for (int tries = 0; tries < 2 && sink->target_generation != rights_generation; tries++)
+	{
+		uint64		generation = rights_generation;
+		MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(sink));
+
+		sink->target_generation = 0;
+		if (t->table != NULL)
+			pfree(t->table);
+		RelayInboxLookup(sink->inbox, InvalidOid, pipeline, t);
+		MemoryContextSwitchTo(old);
+		if (OidIsValid(t->relid))
+		{
+			LockRelationOid(t->relid, RowExclusiveLock);
+			if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(t->relid)))
+				t->relid = InvalidOid;
+		}
+		if (!OidIsValid(t->relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("inbox \"%s\" does not exist", sink->inbox),
+					 errdetail("Pipeline \"%s\" is held until it can write the inbox.", pipeline),
+					 errhint("Create the inbox with tide.inbox_create(), or name another one with tide.relay_set_outbox().")));
+		if (!OidIsValid(t->role) || !t->writable)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the owner of pipeline \"%s\" may not write inbox \"%s\"", pipeline, sink->inbox),
+					 errdetail("Pipeline \"%s\" is held until it can write the inbox.", pipeline),
+					 errhint("Grant the pipeline's owner tide_consumer (or USAGE on the schema of %s, INSERT on it and EXECUTE on tide.inbox_receive), or set the pipeline again as a role that may write the inbox.",
+							 t->table)));
+		sink->target_generation = generation;
+	}
+	if (sink->target_generation != rights_generation)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox \"%s\" of pipeline \"%s\" keeps changing", sink->inbox, pipeline),
+				 errhint("The pipeline is tried again later.")));
+	return t;
+}
+
 /* Writes the delivered messages into the inbox: see the top of this file. */
 static void
 inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nmsgs)
 {
 	InboxSink  *sink = state;
-	RelayInboxTarget t;
+	const RelayInboxTarget *t;
 	Datum	   *ids = palloc(sizeof(Datum) * nmsgs);
 	Datum	   *payloads = palloc(sizeof(Datum) * nmsgs);
 	Datum	   *headers = palloc(sizeof(Datum) * nmsgs);
@@ -221,26 +310,14 @@ inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nms
 	int			save_sec;
 	int			save_nestlevel;
 
-	RelayInboxLookup(sink->inbox, InvalidOid, pipeline, &t);
-	if (OidIsValid(t.relid))
-	{
-		LockRelationOid(t.relid, RowExclusiveLock);
-		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(t.relid)))
-			t.relid = InvalidOid;
-	}
-	if (!OidIsValid(t.relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("inbox \"%s\" does not exist", sink->inbox),
-				 errdetail("Pipeline \"%s\" is held until it can write the inbox.", pipeline),
-				 errhint("Create the inbox with tide.inbox_create(), or name another one with tide.relay_set_outbox().")));
-	if (!OidIsValid(t.role) || !t.writable)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the owner of pipeline \"%s\" may not write inbox \"%s\"", pipeline, sink->inbox),
-				 errdetail("Pipeline \"%s\" is held until it can write the inbox.", pipeline),
-				 errhint("Grant the pipeline's owner tide_consumer (or USAGE on the schema of %s, INSERT on it and EXECUTE on tide.inbox_receive), or set the pipeline again as a role that may write the inbox.",
-						 t.table)));
+	/*
+	 * The lock is taken by every batch: the first in the transaction (a
+	 * kept lookup's lock went with the last batch's transaction).
+	 */
+	t = writable_target(sink, pipeline);
+	LockRelationOid(t->relid, RowExclusiveLock);
+	if (sink->target_generation != rights_generation)
+		t = writable_target(sink, pipeline);
 
 	for (int i = 0; i < nmsgs; i++)
 	{
@@ -259,10 +336,10 @@ inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nms
 	 * user and the settings back, as these lines do after a success.
 	 */
 	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(t.role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+	SetUserIdAndSecContext(t->role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();
-	if (SPI_execute_plan(insert_plan(sink, &t), values, NULL, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_plan(insert_plan(sink, t), values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write into inbox \"%s\"", sink->inbox);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec);
