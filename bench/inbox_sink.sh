@@ -26,7 +26,8 @@
 # Settings from the environment:
 #   N           messages per run (default 100000)
 #   BATCH_SIZE  the pipeline's batch_size and the plain side's rows per
-#               transaction (default 100, at most 1000)
+#               transaction (default 1000, the inbox sink's default; at
+#               most 1000)
 #   REPEATS     rounds (default 3); each figure is the median of the rounds
 #   TIDE_CLUSTER, TIDE_PORT, PG_CONFIG  another cluster directory, port or
 #               PostgreSQL (see test/lib.sh)
@@ -45,7 +46,7 @@ export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
 export PGOPTIONS="-c client_min_messages=warning"
 
 N=${N:-100000}
-BATCH_SIZE=${BATCH_SIZE:-100}
+BATCH_SIZE=${BATCH_SIZE:-1000}
 REPEATS=${REPEATS:-3}
 
 scalar() { psql_db -A -t -c "$1"; }

@@ -322,7 +322,8 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	sink->validate(config, out);
 
 	if (sink_takes(sink, "batch_size"))
-		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
+		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000,
+															sink->default_batch_size > 0 ? sink->default_batch_size : 100));
 	if (sink_takes(sink, "ordering"))
 	{
 		static const char *const orderings[] = {"relaxed", "strict", "key", NULL};

@@ -146,6 +146,8 @@ typedef struct RelaySinkRoutine
 	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
 											 * the destination keeps what was
 											 * delivered (a broker) */
+	int			default_batch_size; /* "batch_size" when a config takes it and
+									 * gives none; 0: 100 */
 	bool		sends_on_own_threads;	/* its library sends and takes answers
 										 * on threads of its own (librdkafka,
 										 * nats.c), not in the worker's loop:

@@ -7,7 +7,7 @@
 SELECT tide.outbox_create('ris_orders');
 SELECT tide.inbox_create('ris_in');
 
--- defaults filled in: attempts of failures only, no event id header
+-- defaults filled in: attempts of failures only, batches of 1000, no event id header
 SELECT tide.relay_set_outbox('ris_pipe', 'ris_orders', 'ris_group',
 							 '{"sink_type": "inbox", "inbox": "ris_in"}');
 SELECT jsonb_pretty(tide.relay_get_config('ris_pipe'));

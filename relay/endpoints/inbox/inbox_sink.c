@@ -350,6 +350,14 @@ const RelaySinkRoutine RelayInboxSinkRoutine = {
 	.config_keys = RelayInboxConfigKeys,
 	/* the inbox keeps what was delivered: an attempt row each would double it */
 	.log_failures_by_default = true,
+
+	/*
+	 * Nothing waits on a network: what a batch costs beyond its rows (its
+	 * lease, its record, two commits) is spread over more rows
+	 * (bench/inbox_sink.sh: 0.46 of a plain INSERT ... SELECT in batches of
+	 * 100, 0.60 in batches of 1,000).
+	 */
+	.default_batch_size = 1000,
 	.validate = RelayInboxValidate,
 	.open = inbox_open,
 	.start = inbox_start,
