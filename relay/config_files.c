@@ -48,6 +48,13 @@ RelayConfigSetRole(Oid role)
 	return before;
 }
 
+/* The role a config is checked with; InvalidOid: a role with no rights. */
+Oid
+RelayConfigRole(void)
+{
+	return config_role;
+}
+
 /* Whether the role a config is checked with is a superuser or has the privileges of `builtin`. */
 bool
 RelayConfigRoleHas(Oid builtin)

@@ -280,6 +280,13 @@ typedef struct ForwardNames
 	const char *consumer_group;
 } ForwardNames;
 
+/* "a" or "an" before a sink type's name. */
+static const char *
+article(const char *name)
+{
+	return strchr("aeiou", name[0]) != NULL ? "an" : "a";
+}
+
 /* The common keys and the sink's, of a config already known to be an object. */
 static void
 normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
@@ -319,15 +326,16 @@ normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 	if (!sink_takes(sink, "ordering"))
 		for (const char *const *k = ordering_keys; *k; k++)
 			if (cJSON_GetObjectItemCaseSensitive(config, *k) != NULL)
-				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: a %s pipeline delivers every message in id order.",
-										  sink->name),
-								 "config key \"%s\" is not for a %s pipeline", *k, sink->name);
+				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: %s %s pipeline delivers every message in id order.",
+										  article(sink->name), sink->name),
+								 "config key \"%s\" is not for %s %s pipeline", *k, article(sink->name), sink->name);
 	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
 	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);
 
 	if (sink_takes(sink, "batch_size"))
-		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
+		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000,
+															sink->default_batch_size > 0 ? sink->default_batch_size : 100));
 	if (sink_takes(sink, "ordering"))
 	{
 		static const char *const orderings[] = {"relaxed", "strict", "key", NULL};

@@ -156,6 +156,8 @@ typedef struct RelaySinkRoutine
 	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
 											 * the destination keeps what was
 											 * delivered (a broker) */
+	int			default_batch_size; /* "batch_size" when a config takes it and
+									 * gives none; 0: 100 */
 	bool		sends_on_own_threads;	/* its library sends and takes answers
 										 * on threads of its own (librdkafka,
 										 * nats.c), not in the worker's loop:
@@ -196,6 +198,22 @@ typedef struct RelaySinkRoutine
 
 	/* Ends a pipeline's state (no batch in flight); NULL: nothing to do. */
 	void		(*close) (void *state);
+
+	/*
+	 * Optional: for a sink whose destination is this database (an inbox),
+	 * whose `start` and `progress` send nothing and whose `outcomes` report
+	 * messages delivered. Writes those delivered messages that the record
+	 * settles (nmsgs of them, in id order) inside the transaction that
+	 * records the batch, before the pipeline's offset moves over them, so
+	 * that they and the offset commit together or not at all. Runs with
+	 * SPI connected and a snapshot; may raise an ERROR, which undoes the
+	 * record: the batch is then recorded message by message and a message
+	 * that cannot be written alone is dead-lettered with error class
+	 * "record" (record_each.c), while an ERROR of an environmental class (a
+	 * missing destination, 55000) holds the pipeline. NULL: `start` and
+	 * `progress` deliver.
+	 */
+	void		(*store) (void *state, const char *pipeline, const RelayMessage *msgs, int nmsgs);
 } RelaySinkRoutine;
 
 /* Sets one message's failure. */

@@ -12,7 +12,7 @@ use File::Basename qw(dirname);
 use File::Path qw(make_path);
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker installation_copy);
+our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker installation_copy exited);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -81,6 +81,19 @@ sub wait_until
 		usleep($step // 20_000);
 	}
 	return undef;
+}
+
+# exited($pid): whether a process has exited: gone, or a zombie (an orphan
+# of a killed postmaster stays one until whoever inherited it reaps it,
+# which in a container can take seconds).
+sub exited
+{
+	my ($pid) = @_;
+	return 1 unless kill(0, $pid);
+	open(my $fh, '<', "/proc/$pid/stat") or return 1;
+	my $stat = <$fh>;
+	close $fh;
+	return defined $stat && $stat =~ /^\d+ \(.*\) Z /;
 }
 
 # disk_full($node, $table, $events): makes every statement that writes table
