@@ -12,7 +12,7 @@
 #    built with;
 #  - a pg_tide_<name>.so without the init symbol pg_tide_endpoint_<name> is
 #    refused with 42704, saying so, and a type name that is not lower-case
-#    letters, digits and "_" names no file at all.
+#    letters, digits and "_", from a letter, names no file at all.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -29,6 +29,8 @@ my ($install, $libdir) = installation_copy();
 copy($probe, "$libdir/pg_tide_probe.so") or die "cannot copy $probe: $!";
 # the same module under another name: it has no pg_tide_endpoint_nosymbol
 copy($probe, "$libdir/pg_tide_nosymbol.so") or die "cannot copy $probe: $!";
+# and under a name that cannot be a type's: it starts with a digit
+copy($probe, "$libdir/pg_tide_9probe.so") or die "cannot copy $probe: $!";
 
 my $node = PostgreSQL::Test::Cluster->new('endpoint', install_path => $install);
 $node->init;
@@ -79,6 +81,7 @@ like($err, qr/ERROR:\s+22023: invalid value "sqs" for config key "sink_type"/,
 	'an unknown sink type is refused with 22023');
 like($err, qr/HINT:.*one of: 'webhook', 'file', .*'nosymbol', 'probe'\./,
 	'its hint lists the built types, then the modules found in $libdir');
+unlike($err, qr/9probe/, 'but not a module whose name cannot be a type\'s');
 
 $err = error_of("SELECT tide._relay_normalize_config('orders', 'g', '{\"sink_type\": \"nosymbol\"}')");
 like($err, qr/ERROR:\s+42704: sink type "nosymbol" is not available on this server/,
