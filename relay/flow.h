@@ -186,6 +186,13 @@ typedef struct RelayFlowRoutine
 {
 	const char *name;			/* "forward", "reverse", "handler": for the log */
 	const char *unit_noun;		/* what the log calls a unit: "pipeline", "inbox handler" */
+
+	/*
+	 * A sentence the log adds when a unit stops after an ERROR, after "The
+	 * <unit> is tried again in N ms (error N in a row).": what becomes of
+	 * the work it had in flight. NULL: nothing is added.
+	 */
+	const char *error_retry_note;
 	Size		unit_size;		/* bytes of RelayUnit.flow_private; 0: none */
 
 	/*

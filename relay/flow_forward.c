@@ -1026,6 +1026,7 @@ forward_close(RelayUnitReading *r)
 const RelayFlowRoutine RelayForwardFlow = {
 	.name = "forward",
 	.unit_noun = "pipeline",
+	.error_retry_note = "Messages it sent but could not record are sent again then.",
 	.unit_size = sizeof(ForwardUnit),
 	.read = forward_read,
 	.after_read = forward_after_read,

@@ -55,7 +55,7 @@ RelayIdleLookMs(void)
  * Whether the database has no enabled pipeline, seen under a lock on
  * relay_outbox_config; false when the lock cannot be had now, and while
  * the catalog is not the library's version: that worker waits for ALTER
- * EXTENSION pg_tide UPDATE and says so once (worker.c), and an older
+ * EXTENSION pg_tide UPDATE and says so once (units.c), and an older
  * catalog's trigger may not ask the launcher to look again.
  */
 static bool

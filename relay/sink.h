@@ -162,7 +162,7 @@ typedef struct RelaySinkRoutine
 										 * on threads of its own (librdkafka,
 										 * nats.c), not in the worker's loop:
 										 * "overlap_batches" defaults to true
-										 * (worker.c's lease_ahead) */
+										 * (flow_forward.c's lease_ahead) */
 
 	/*
 	 * Reads the sink's keys of a user's config object; raises an ERROR

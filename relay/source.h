@@ -36,10 +36,12 @@ typedef struct RelaySourceRoutine
 	const char *const *config_keys;
 
 	/*
-	 * The keys whose values every output of a config redacts, NULL-ended;
-	 * "auth.password" names the member "password" of the object "auth". A
-	 * value that is a secret reference ({"env": ...} or {"file": ...}) is
-	 * shown as it is: it holds no secret.
+	 * The keys whose values every output of a config redacts, NULL-ended,
+	 * as a sink's (sink.h, endpoints/redact.c): "auth.password" names the
+	 * member "password" of the object "auth", "auth.*" the members of
+	 * "auth" whose name says they carry a credential. A value that is an
+	 * object, a secret reference ({"env": ...} or {"file": ...}), is shown
+	 * as it is: it holds no secret.
 	 */
 	const char *const *secret_keys;
 
@@ -54,12 +56,12 @@ typedef struct RelaySourceRoutine
 } RelaySourceRoutine;
 
 /*
- * source_types.c: registers a source type (an endpoint's init function
- * calls it; a second routine of one name is an ERROR); the routine of a
- * type, loading the module that provides it (an ERROR, 22023, naming the
- * module and the package when no module provides it); the same, NULL
- * instead of the ERROR; the routine if it is registered in this process
- * already, else NULL.
+ * endpoints/source_types.c, over the endpoint registry (registry.h):
+ * registers a source type (an endpoint's init symbol calls it; registering
+ * a name again replaces the routine); the routine of a type, loading the
+ * endpoint that provides it (an ERROR, 22023, naming the module and the
+ * package when none does); the same, NULL instead of the ERROR; the
+ * routine if it is registered in this process already, else NULL.
  */
 extern PGDLLEXPORT void RelayRegisterSource(const RelaySourceRoutine *routine);
 extern PGDLLEXPORT const RelaySourceRoutine *RelaySourceLoad(const char *name);
