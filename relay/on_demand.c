@@ -39,7 +39,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* How long a database without an enabled pipeline goes without a worker. */
 long
@@ -54,7 +55,7 @@ RelayIdleLookMs(void)
  * Whether the database has no enabled pipeline, seen under a lock on
  * relay_outbox_config; false when the lock cannot be had now, and while
  * the catalog is not the library's version: that worker waits for ALTER
- * EXTENSION pg_tide UPDATE and says so once (worker.c), and an older
+ * EXTENSION pg_tide UPDATE and says so once (units.c), and an older
  * catalog's trigger may not ask the launcher to look again.
  */
 static bool

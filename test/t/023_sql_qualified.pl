@@ -126,6 +126,8 @@ for my $file (sort(glob("$root/src/*.c"), glob("$root/relay/*.c"), glob("$root/r
 		ok(@stmts > 0, "$rel: its SQL statements are found (" . scalar(@stmts) . ')');
 	}
 	next unless @stmts;
+	# a table name spliced in as %s (quoted and qualified by the code) stands for one
+	s/%s/tide.spliced/g for @stmts;
 	my $i = 0;
 	my ($rc, $out) = check($caller_path{$rel}, map { ("$rel#" . ++$i) => $_ } @stmts);
 	is($rc, 0, "$rel: every function, operator and table is schema-qualified"

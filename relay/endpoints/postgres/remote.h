@@ -27,6 +27,9 @@
  */
 extern void RemoteValidateConnection(const cJSON *config, cJSON *out);
 
+/* The keys whose values every output of a config redacts (sink.c). */
+extern const char *const RemoteSecretKeys[];
+
 /* The sink's validator and keys (config.c). */
 extern void RemoteSinkValidate(const cJSON *config, cJSON *out);
 extern const char *const RemoteSinkConfigKeys[];

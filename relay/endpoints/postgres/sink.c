@@ -33,6 +33,7 @@
 #include "utils/json.h"
 #include "utils/timestamp.h"
 
+#include "endpoints/registry.h"
 #include "remote.h"
 
 PG_MODULE_MAGIC;
@@ -402,10 +403,14 @@ postgres_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
+/* The secret keys of the endpoint's configs, which every output redacts. */
+const char *const RemoteSecretKeys[] = {"password", NULL};
+
 static const RelaySinkRoutine postgres_routine = {
 	.name = "postgres",
 	.log_failures_by_default = true,
 	.config_keys = RemoteSinkConfigKeys,
+	.secret_keys = RemoteSecretKeys,
 	.validate = RemoteSinkValidate,
 	.open = postgres_open,
 	.start = postgres_start,
@@ -415,11 +420,5 @@ static const RelaySinkRoutine postgres_routine = {
 	.close = postgres_close,
 };
 
-/* The module's one entry point, which relay/sinks/sinks.c looks up. */
-extern PGDLLEXPORT const RelaySinkRoutine *pg_tide_sink_routine(void);
-
-const RelaySinkRoutine *
-pg_tide_sink_routine(void)
-{
-	return &postgres_routine;
-}
+/* The init symbol of the postgres endpoint, a module (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(postgres, postgres_routine);
