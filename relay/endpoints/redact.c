@@ -211,19 +211,18 @@ static Jsonb *
 redact_config(Jsonb *jb, RelayEndpointKind kind, const char *type_key,
 			  void (*unknown) (cJSON *config))
 {
-	cJSON	   *volatile config = NULL;
+	cJSON	   *config;
 	Jsonb	   *volatile result = NULL;
 
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		return jb;
+	config = RelayConfigFromJsonb(jb);
 	/* cJSON's memory is malloc's: freed even when a cancel interrupts */
 	PG_TRY();
 	{
-		const cJSON *type;
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, type_key);
 		const char *const *keys = NULL;
 
-		config = RelayConfigFromJsonb(jb);
-		type = cJSON_GetObjectItemCaseSensitive(config, type_key);
 		if (cJSON_IsString(type) && RelayEndpointSecretKeys(kind, type->valuestring, &keys))
 		{
 			for (const char *const *k = keys; k != NULL && *k != NULL; k++)
@@ -233,11 +232,13 @@ redact_config(Jsonb *jb, RelayEndpointKind kind, const char *type_key,
 			unknown(config);
 		result = RelayConfigToJsonb(config);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		cJSON_Delete(config);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	cJSON_Delete(config);
 	return result;
 }
 
