@@ -196,6 +196,14 @@ typedef struct RelayFlowRoutine
 	Size		unit_size;		/* bytes of RelayUnit.flow_private; 0: none */
 
 	/*
+	 * The flow's table of units in schema tide, with a boolean column
+	 * "enabled": a worker leaves a database in which no flow's table has an
+	 * enabled row, and a change of the table must ask the launcher to look
+	 * again (on_demand.c).
+	 */
+	const char *units_table;
+
+	/*
 	 * Reads the flow's enabled rows from its catalog table, in the engine's
 	 * reading transaction (a snapshot is active; the flow connects to SPI
 	 * itself). A row whose unit is served with a reading of the same config
@@ -322,6 +330,7 @@ typedef struct RelayFlowRoutine
 extern const RelayFlowRoutine RelayForwardFlow;	/* flow_forward.c */
 
 /* flows.c: every flow, NULL-ended: the engine's only list of them. */
+#define RELAY_MAX_FLOWS 8
 extern const RelayFlowRoutine *const RelayFlows[];
 
 /* engine.c and units.c: what flows call */

@@ -211,20 +211,18 @@ static Jsonb *
 redact_config(Jsonb *jb, RelayEndpointKind kind, const char *type_key,
 			  void (*unknown) (cJSON *config))
 {
-	cJSON	   *volatile config = NULL;
-	/* jb, read inside PG_TRY, through a volatile: it may not be clobbered */
-	Jsonb	   *volatile result = jb;
+	cJSON	   *config;
+	Jsonb	   *volatile result = NULL;
 
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		return jb;
+	config = RelayConfigFromJsonb(jb);
 	/* cJSON's memory is malloc's: freed even when a cancel interrupts */
 	PG_TRY();
 	{
-		const cJSON *type;
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, type_key);
 		const char *const *keys = NULL;
 
-		config = RelayConfigFromJsonb(result);
-		type = cJSON_GetObjectItemCaseSensitive(config, type_key);
 		if (cJSON_IsString(type) && RelayEndpointSecretKeys(kind, type->valuestring, &keys))
 		{
 			for (const char *const *k = keys; k != NULL && *k != NULL; k++)
@@ -236,7 +234,6 @@ redact_config(Jsonb *jb, RelayEndpointKind kind, const char *type_key,
 	}
 	PG_CATCH();
 	{
-		/* not PG_FINALLY, whose flag gcc's -Wclobbered (in -Wextra) warns of here */
 		cJSON_Delete(config);
 		PG_RE_THROW();
 	}
