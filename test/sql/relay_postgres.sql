@@ -2,7 +2,8 @@
 -- pg_tide database's inbox over libpq. Each refusal has SQLSTATE 22023
 -- (42501 for a file the role may not have the relay read), a message
 -- naming the key and a hint; a valid config is stored with its defaults
--- and its password shown as ********. TAP test 068 delivers.
+-- and its password shown as ********; the source likewise. TAP tests 068
+-- (the sink) and 069 (the source) deliver.
 \set VERBOSITY default
 \i test/sql/include/try.sql
 
@@ -75,6 +76,25 @@ SELECT pg_temp.try($$SELECT tide.relay_set_outbox('to_db3', 'pg_orders', 'pg_gro
 	'{"sink_type": "postgres", "inbox": "payments", "connection": "host=db3", "password": "pw"}')$$);
 RESET ROLE;
 SELECT name, owner FROM tide.relay_outbox_config WHERE name LIKE 'to_db%' ORDER BY name;
+
+-- the source: a reverse pipeline reading a remote consumer group into an inbox
+SELECT tide.inbox_create('pg_in');
+CREATE FUNCTION pg_temp.check_source(c jsonb) RETURNS text LANGUAGE sql AS $$
+	SELECT pg_temp.try(format('SELECT tide.relay_set_inbox(%L, %L, %L)', 'from_db2', 'pg_in', c))
+$$;
+SELECT pg_temp.check_source('{"source_type": "postgres", "consumer_group": "g", "connection": "host=db2", "password": "x"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "connection": "host=db2", "password": "x"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "or ders", "consumer_group": "g", "connection": "host=db2", "password": "x"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "consumer_group": "g", "password": "x"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "consumer_group": "g", "connection": "host=db2 password=y"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "consumer_group": "g", "connection": "host=db2", "password": "x", "inbox_name": "pg_in"}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "consumer_group": "g", "connection": "host=db2", "password": "x", "batch_size": 20000}');
+SELECT pg_temp.check_source('{"source_type": "postgres", "outbox": "orders", "consumer_group": "g",
+	"connection": "host=db2 dbname=app user=relay", "password": "hunter2"}');
+SELECT tide.relay_get_config('from_db2') - 'connection';
+SELECT (SELECT config ->> 'password' FROM tide.relay_inbox_config WHERE name = 'from_db2') AS stored;
+SELECT tide.relay_delete('from_db2');
+SELECT tide.inbox_drop('pg_in');
 
 SELECT tide.relay_delete('to_db2');
 SELECT tide.relay_delete('to_db3');

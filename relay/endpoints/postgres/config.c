@@ -46,6 +46,13 @@ static const char *const sslmodes[] = {
 	"disable", "allow", "prefer", "require", "verify-ca", "verify-full", NULL
 };
 
+/* The keys every output of a sink's or a source's config redacts. */
+const char *const RemoteSecretKeys[] = {"password", NULL};
+
+const char *const RemoteSourceConfigKeys[] = {
+	"outbox", "consumer_group", REMOTE_CONNECTION_KEYS, NULL
+};
+
 const char *const RemoteSinkConfigKeys[] = {
 	"inbox", "event_id_header", REMOTE_CONNECTION_KEYS, "batch_size", "retry", NULL
 };
@@ -188,5 +195,30 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 							 "config key \"event_id_header\" must have 1 to 255 bytes and no control characters");
 		RelayConfigAddCopy(out, "event_id_header", header);
 	}
+	RemoteValidateConnection(config, out);
+}
+
+/* A name of the remote's (an outbox, a consumer group) under `key`. */
+static void
+check_remote_name(const cJSON *config, cJSON *out, const char *key, const char *hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+
+	if (v == NULL)
+		RelayConfigError(hint, "config key \"%s\" is missing", key);
+	RelayConfigCheckType(key, v, "string", hint);
+	if (!RelayConfigMatches(v->valuestring, "^[A-Za-z0-9_.:-]{1,63}$"))
+		RelayConfigError("Names have 1 to 63 bytes of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".",
+						 "config key \"%s\" is not a name: \"%s\"", key, v->valuestring);
+	RelayConfigAddCopy(out, key, v);
+}
+
+void
+RemoteSourceValidate(const cJSON *config, cJSON *out)
+{
+	check_remote_name(config, out, "outbox",
+					  "Give \"outbox\", the remote outbox whose messages the pipeline reads: the event ids are outbox_<outbox>:<id>.");
+	check_remote_name(config, out, "consumer_group",
+					  "Give \"consumer_group\", a consumer group of that outbox on the remote database (tide.create_consumer_group() there).");
 	RemoteValidateConnection(config, out);
 }

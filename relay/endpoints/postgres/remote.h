@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include "sink.h"
+#include "source.h"
 #include "events.h"
 #include "broker.h"
 
@@ -27,12 +28,18 @@
  */
 extern void RemoteValidateConnection(const cJSON *config, cJSON *out);
 
-/* The keys whose values every output of a config redacts (sink.c). */
+/* The keys whose values every output of a config redacts (config.c). */
 extern const char *const RemoteSecretKeys[];
 
-/* The sink's validator and keys (config.c). */
+/* The endpoint's sink (sink.c) and source (source.c), which endpoint.c registers. */
+extern const RelaySinkRoutine RemoteSinkRoutine;
+extern const RelaySourceRoutine RemoteSourceRoutine;
+
+/* The sink's and the source's validators and keys (config.c). */
 extern void RemoteSinkValidate(const cJSON *config, cJSON *out);
 extern const char *const RemoteSinkConfigKeys[];
+extern void RemoteSourceValidate(const cJSON *config, cJSON *out);
+extern const char *const RemoteSourceConfigKeys[];
 
 /* How far the connection is. */
 typedef enum RemoteState

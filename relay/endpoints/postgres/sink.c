@@ -28,15 +28,11 @@
  */
 #include "postgres.h"
 
-#include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/json.h"
 #include "utils/timestamp.h"
 
-#include "endpoints/registry.h"
 #include "remote.h"
-
-PG_MODULE_MAGIC;
 
 /* Time the worker's own deadline leaves the remote's statement_timeout. */
 #define REMOTE_ANSWER_SLACK_MS 2000
@@ -403,10 +399,7 @@ postgres_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-/* The secret keys of the endpoint's configs, which every output redacts. */
-const char *const RemoteSecretKeys[] = {"password", NULL};
-
-static const RelaySinkRoutine postgres_routine = {
+const RelaySinkRoutine RemoteSinkRoutine = {
 	.name = "postgres",
 	.log_failures_by_default = true,
 	.config_keys = RemoteSinkConfigKeys,
@@ -419,6 +412,3 @@ static const RelaySinkRoutine postgres_routine = {
 	.cancel = postgres_cancel,
 	.close = postgres_close,
 };
-
-/* The init symbol of the postgres endpoint, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(postgres, postgres_routine);
