@@ -170,7 +170,11 @@ RelayUnlockExtension(void)
 {
 	bool		busy = turn_lock == TURN_BUSY;
 
-	if (turn_lock == TURN_LOCKED)
+	/*
+	 * A top-level abort releases session locks too: on the way out of a
+	 * FATAL (a terminate during a transaction) the lock is already gone.
+	 */
+	if (turn_lock == TURN_LOCKED && TideLockHeldByMe(&turn_tag, AccessShareLock))
 		LockRelease(&turn_tag, AccessShareLock, true);
 	turn_lock = TURN_UNLOCKED;
 	return busy;

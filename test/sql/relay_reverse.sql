@@ -9,6 +9,10 @@
 -- triggers off (session_replication_role = replica).
 \set VERBOSITY default
 \i test/sql/include/try.sql
+-- try(), with the PostgreSQL major version in a package's name shown as N
+-- (postgresql-N-pg-tide-...), so that the output is the same on every version
+CREATE FUNCTION pg_temp.try_n(q text) RETURNS text LANGUAGE sql
+	RETURN regexp_replace(pg_temp.try(q), 'postgresql-[0-9]+-pg-tide-', 'postgresql-N-pg-tide-', 'g');
 
 SELECT tide.outbox_create('rr_orders');
 SELECT tide.inbox_create('rr_in');
@@ -34,19 +38,22 @@ SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": 1}')$$);
 -- a source type no endpoint provides: unknown, with the package that
 -- would bring it; a name that cannot be a type's
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+-- the detail says why (the hint, with the server's major version, is try's above)
+\set VERBOSITY terse
 SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "carrier_pigeon"}');
+\set VERBOSITY default
 SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "../pg_tide"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": ""}')$$);
 -- an endpoint of pg_tide without a source (a sink's module) is no source
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "webhook"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_a', 'rr_in', '{"source_type": "webhook"}')$$);
 SELECT count(*) AS reverse_rows FROM tide.relay_inbox_config;
 
 -- a row written by hand is checked by the row trigger: refused, nothing written
-SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"source_type": "kafka", "inbox": "rr_in"}')$$);
-SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"source_type": "kafka"}')$$);
-SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"inbox": "rr_missing", "source_type": "kafka"}')$$);
-SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('', '{"inbox": "rr_in", "source_type": "kafka"}')$$);
+SELECT pg_temp.try_n($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"source_type": "kafka", "inbox": "rr_in"}')$$);
+SELECT pg_temp.try_n($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"source_type": "kafka"}')$$);
+SELECT pg_temp.try_n($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"inbox": "rr_missing", "source_type": "kafka"}')$$);
+SELECT pg_temp.try_n($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('', '{"inbox": "rr_in", "source_type": "kafka"}')$$);
 SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_hand', '{"inbox": "rr_in", "batch_size": 0}')$$);
 SELECT count(*) AS reverse_rows FROM tide.relay_inbox_config;
 
@@ -67,9 +74,9 @@ SELECT tgname, tgenabled FROM pg_trigger
 -- names are unique across both directions, either way round
 SELECT tide.relay_set_outbox('rr_fwd', 'rr_orders', 'rr_fwd_group',
 							 '{"sink_type": "webhook", "url": "https://example.com/hooks"}');
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_fwd', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
-SELECT pg_temp.try($$SELECT tide.relay_set_outbox('rr_rev', 'rr_orders', 'rr_rev_group', '{"sink_type": "webhook", "url": "https://example.com/hooks"}')$$);
-SELECT pg_temp.try($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rr_rev', '{"sink_type": "webhook", "url": "https://example.com/hooks", "outbox": "rr_orders", "consumer_group": "rr_x"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_fwd', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_outbox('rr_rev', 'rr_orders', 'rr_rev_group', '{"sink_type": "webhook", "url": "https://example.com/hooks"}')$$);
+SELECT pg_temp.try_n($$INSERT INTO tide.relay_outbox_config (name, config) VALUES ('rr_rev', '{"sink_type": "webhook", "url": "https://example.com/hooks", "outbox": "rr_orders", "consumer_group": "rr_x"}')$$);
 SELECT name FROM tide.relay_outbox_config ORDER BY name;
 SELECT group_name FROM tide.tide_consumer_groups WHERE group_name LIKE 'rr\_%' ORDER BY 1;
 
@@ -98,18 +105,18 @@ SELECT health FROM tide.relay_pipeline_status WHERE pipeline = 'rr_rev';
 SELECT tide.relay_enable('rr_rev');
 SELECT name, enabled FROM tide.relay_inbox_config;
 -- a changed config is checked: refused, nothing written
-SELECT pg_temp.try($$UPDATE tide.relay_inbox_config SET config = config || '{"batch_size": 5}' WHERE name = 'rr_rev'$$);
+SELECT pg_temp.try_n($$UPDATE tide.relay_inbox_config SET config = config || '{"batch_size": 5}' WHERE name = 'rr_rev'$$);
 SELECT config ->> 'batch_size' AS batch_size FROM tide.relay_inbox_config WHERE name = 'rr_rev';
 
 -- privileges: tide_admin may set, enable, disable and list; others not
 SET ROLE regress_rr_admin;
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_disable('rr_rev')$$);
 SELECT pg_temp.try($$SELECT tide.relay_enable('rr_rev')$$);
 SELECT count(*) FROM tide.relay_list_configs() WHERE direction = 'reverse';
 RESET ROLE;
 SET ROLE regress_rr_consumer;
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
 SELECT pg_temp.try($$SELECT tide.relay_disable('rr_rev')$$);
 SELECT pg_temp.try($$SELECT tide.relay_delete('rr_rev')$$);
 SELECT pg_temp.try($$SELECT tide.relay_get_config('rr_rev')$$);
@@ -118,7 +125,7 @@ SELECT pg_temp.try($$SELECT * FROM tide.relay_inbox_config$$);
 SELECT pg_temp.try($$INSERT INTO tide.relay_inbox_config (name, config) VALUES ('rr_c', '{}')$$);
 RESET ROLE;
 SET ROLE regress_rr_nobody;
-SELECT pg_temp.try($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
+SELECT pg_temp.try_n($$SELECT tide.relay_set_inbox('rr_b', 'rr_in', '{"source_type": "carrier_pigeon"}')$$);
 SELECT pg_temp.try($$SELECT tide._relay_normalize_reverse_config('rr_in', '{}')$$);
 SELECT pg_temp.try($$SELECT tide._relay_redact_source('{}')$$);
 SELECT pg_temp.try($$SELECT tide._relay_check_pipeline_name('rr_x', true)$$);
