@@ -10,3 +10,16 @@ CREATE TRIGGER relay_outbox_config_check
 CREATE TRIGGER tide_outbox_config_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.tide_outbox_config
 	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
+
+-- Inbox handlers (sql/install_post/01_catalog.sql).
+CREATE TRIGGER relay_inbox_handlers_check
+	BEFORE INSERT OR UPDATE ON tide.relay_inbox_handlers
+	FOR EACH ROW EXECUTE FUNCTION tide._inbox_handler_check();
+
+CREATE TRIGGER relay_inbox_handlers_notify
+	AFTER INSERT OR UPDATE OR DELETE ON tide.relay_inbox_handlers
+	FOR EACH ROW EXECUTE FUNCTION tide._inbox_handler_notify();
+
+CREATE TRIGGER relay_inbox_handlers_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_inbox_handlers
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
