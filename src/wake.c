@@ -10,8 +10,10 @@
  * spurious wake-up, which waiters tolerate by checking again.
  *
  * A commit that stored events into an inbox with a handler broadcasts the
- * same variable and counts in a counter of its own (src/inbox_wake.c), so
- * that the relay tells new inbox events from new outbox messages.
+ * same variable and counts as a commit (the relay's engine looks at its
+ * units after either), and in a counter of its own too (src/inbox_wake.c),
+ * by which the inbox handlers tell a commit of inbox events from one of
+ * outbox messages and look only after the former.
  */
 #include "postgres.h"
 
@@ -86,7 +88,7 @@ WakeCommitCount(Oid dboid)
 
 /*
  * Wakes a database's relay for inbox events that a handler is to process;
- * never raises. Outbox waiters share the variable and wake for nothing.
+ * never raises. Outbox waiters share the variable, look and wait again.
  */
 void
 WakeDatabaseInboxes(Oid dboid)
@@ -94,6 +96,7 @@ WakeDatabaseInboxes(Oid dboid)
 	if (wake != NULL)
 	{
 		pg_atomic_fetch_add_u64(&wake->inbox_commits[dboid % WAKE_SLOTS], 1);
+		pg_atomic_fetch_add_u64(&wake->commits[dboid % WAKE_SLOTS], 1);
 		ConditionVariableBroadcast(WakeConditionVariable(dboid));
 	}
 }

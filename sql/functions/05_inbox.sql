@@ -708,6 +708,9 @@ BEGIN
 				   tide._inbox_table(cfg))
 		USING p_event_ids;
 	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._inbox_wake(p_name);
+	END IF;
 	RETURN n;
 END
 $$
