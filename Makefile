@@ -37,7 +37,7 @@ OBJS = \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o \
 	relay/broker.o relay/connector.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o \
 	relay/log_repeat.o relay/extension_lock.o relay/restore.o relay/on_demand.o relay/worker_slots.o \
-	src/inbox_wake.o relay/inbox_handler.o
+	src/inbox_wake.o relay/inbox_handler.o relay/inbox_handler_rules.o
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source

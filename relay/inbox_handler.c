@@ -37,6 +37,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/resowner.h"
 
 #include "inbox_handler.h"
@@ -52,16 +54,54 @@ typedef struct HandlerRow
 	int			concurrency;
 	int			max_retries;
 	char	   *table;			/* quoted, schema-qualified */
-	char	   *function;		/* quoted, schema-qualified */
+	char	   *function;		/* quoted, schema-qualified; NULL: dropped */
 	char	   *problem;		/* why it cannot run, or NULL */
 	bool		was_held;
 } HandlerRow;
+
+/*
+ * An inbox's statements, prepared once and kept while its table and
+ * handler function keep their names (a plan of a table dropped and made
+ * again is planned again by the plan cache).
+ */
+typedef struct HandlerPlans
+{
+	char		inbox[NAMEDATALEN]; /* the hash key */
+	char	   *table;			/* in TopMemoryContext */
+	char	   *function;
+	SPIPlanPtr	claim;
+	SPIPlanPtr	call;
+	SPIPlanPtr	done;
+	SPIPlanPtr	fail;
+} HandlerPlans;
+
+static HTAB *plans = NULL;
 
 /* A text value of the current SPI row, or NULL. */
 static char *
 spi_text(int col)
 {
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col);
+}
+
+/* A bool of the current SPI row; false when NULL. */
+static bool
+spi_bool(int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/* An int4 or oid of the current SPI row; 0 when NULL. */
+static Datum
+spi_value(int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+
+	return isnull ? (Datum) 0 : d;
 }
 
 /* Step 1: reads the inbox's enabled handler; false when it has none. */
@@ -71,16 +111,16 @@ read_handler(const char *inbox, HandlerRow *row)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
-	bool		isnull;
+	InboxHandlerProblem p;
 
 	args[0] = CStringGetTextDatum(inbox);
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT coalesce(r.oid, 0), (h.config ->> 'batch_size')::int,"
+								  "SELECT r.oid, (h.config ->> 'batch_size')::int,"
 								  "       (h.config ->> 'concurrency')::int, c.max_retries,"
-								  "       tide._inbox_table(c),"
+								  "       tide._inbox_table(c), to_regclass(tide._inbox_table(c))::oid,"
 								  "       CASE WHEN p.oid IS NOT NULL THEN format('%I.%I', n.nspname, p.proname) END,"
-								  "       (tide._inbox_handler_problem(h.inbox_name, h.handler, h.run_as,"
-								  "                                    h.config, h.owner))[2],"
+								  "       h.handler::oid, h.run_as,"
+								  "       (h.config ->> 'allow_superuser')::boolean, h.owner,"
 								  "       s.held_since IS NOT NULL"
 								  "  FROM tide.relay_inbox_handlers h"
 								  "  JOIN tide.tide_inbox_config c ON c.inbox_name = h.inbox_name"
@@ -94,15 +134,88 @@ read_handler(const char *inbox, HandlerRow *row)
 		elog(ERROR, "could not read the handler of inbox \"%s\"", inbox);
 	if (SPI_processed == 0)
 		return false;
-	row->run_as = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	row->batch_size = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	row->concurrency = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	row->max_retries = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	row->run_as = DatumGetObjectId(spi_value(1));
+	row->batch_size = DatumGetInt32(spi_value(2));
+	row->concurrency = DatumGetInt32(spi_value(3));
+	row->max_retries = DatumGetInt32(spi_value(4));
 	row->table = spi_text(5);
-	row->function = spi_text(6);
-	row->problem = spi_text(7);
-	row->was_held = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 8, &isnull));
+	row->function = spi_text(7);
+	row->was_held = spi_bool(12);
+	row->problem = InboxHandlerCheck(inbox, DatumGetObjectId(spi_value(6)), DatumGetObjectId(spi_value(8)),
+									 spi_text(9), spi_bool(10), spi_text(11), &p);
 	return true;
+}
+
+/* A plan kept for as long as the worker runs. */
+static SPIPlanPtr
+keep_plan(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not keep the plan of \"%s\"", sql);
+	return plan;
+}
+
+/* The inbox's statements (see HandlerPlans), prepared when missing. */
+static HandlerPlans *
+inbox_plans(const char *inbox, const HandlerRow *row)
+{
+	HandlerPlans *hp;
+	bool		found;
+	char		key[NAMEDATALEN];
+	Oid			int4_type[1] = {INT4OID};
+	Oid			int8_type[1] = {INT8OID};
+	Oid			done_types[1] = {INT8ARRAYOID};
+	Oid			fail_types[3] = {INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+
+	if (plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(HandlerPlans);
+		plans = hash_create("pg_tide inbox handler plans", 16, &ctl, HASH_ELEM | HASH_STRINGS);
+	}
+	memset(key, 0, sizeof(key));
+	strlcpy(key, inbox, NAMEDATALEN);
+	hp = hash_search(plans, key, HASH_ENTER, &found);
+	if (found && strcmp(hp->table, row->table) == 0 && strcmp(hp->function, row->function) == 0)
+		return hp;
+	if (found)
+	{
+		SPIPlanPtr	old[4] = {hp->claim, hp->call, hp->done, hp->fail};
+
+		for (int i = 0; i < 4; i++)
+			if (old[i] != NULL)
+				SPI_freeplan(old[i]);
+		pfree(hp->table);
+		pfree(hp->function);
+	}
+	hp->claim = hp->call = hp->done = hp->fail = NULL;
+	hp->table = MemoryContextStrdup(TopMemoryContext, row->table);
+	hp->function = MemoryContextStrdup(TopMemoryContext, row->function);
+	hp->claim = keep_plan(psprintf("SELECT t.id FROM %s t"
+								   " WHERE t.processed_at IS NULL AND t.dead_lettered_at IS NULL"
+								   "   AND (t.claimed_until IS NULL OR t.claimed_until <= clock_timestamp())"
+								   " ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED", row->table),
+						  1, int4_type);
+	hp->call = keep_plan(psprintf("SELECT %s(t) FROM %s t WHERE t.id = $1", row->function, row->table),
+						 1, int8_type);
+	hp->done = keep_plan(psprintf("UPDATE %s SET processed_at = clock_timestamp(), claimed_until = NULL,"
+								  " dead_lettered_at = NULL WHERE id = ANY ($1)", row->table),
+						 1, done_types);
+	hp->fail = keep_plan(psprintf("UPDATE %s t SET retry_count = t.retry_count + 1, last_error = f.error,"
+								  " claimed_until = NULL,"
+								  " dead_lettered_at = CASE WHEN t.retry_count + 1 >= $3"
+								  "                         THEN clock_timestamp() END"
+								  "  FROM unnest($1, $2) AS f(id, error) WHERE t.id = f.id"
+								  " RETURNING t.event_id, t.dead_lettered_at IS NOT NULL, t.last_error",
+								  row->table),
+						 3, fail_types);
+	return hp;
 }
 
 /* Records the relay's hold of a handler, or its end (reason NULL). */
@@ -200,7 +313,7 @@ text_array(char **texts, int n)
  * events of its dead letters.
  */
 static void
-record_batch(const char *inbox, const HandlerRow *row, Datum *done, int ndone,
+record_batch(const char *inbox, const HandlerRow *row, HandlerPlans *hp, Datum *done, int ndone,
 			 Datum *failed, char **errors, int nfailed, InboxHandlerOutcome *out)
 {
 	static SPIPlanPtr after_plan = NULL;
@@ -213,28 +326,17 @@ record_batch(const char *inbox, const HandlerRow *row, Datum *done, int ndone,
 
 	if (ndone > 0)
 	{
-		Oid			types[1] = {INT8ARRAYOID};
 		Datum		args[1] = {id_array(done, ndone)};
 
-		if (SPI_execute_with_args(psprintf("UPDATE %s SET processed_at = clock_timestamp(), claimed_until = NULL,"
-										   " dead_lettered_at = NULL WHERE id = ANY ($1)", row->table),
-								  1, types, args, NULL, false, 0) != SPI_OK_UPDATE)
+		if (SPI_execute_plan(hp->done, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not mark the events of inbox \"%s\" processed", inbox);
 	}
 	if (nfailed > 0)
 	{
-		Oid			types[3] = {INT8ARRAYOID, TEXTARRAYOID, INT4OID};
 		Datum		args[3] = {id_array(failed, nfailed), text_array(errors, nfailed),
 		Int32GetDatum(row->max_retries)};
 
-		if (SPI_execute_with_args(psprintf("UPDATE %s t SET retry_count = t.retry_count + 1, last_error = f.error,"
-										   " claimed_until = NULL,"
-										   " dead_lettered_at = CASE WHEN t.retry_count + 1 >= $3"
-										   "                         THEN clock_timestamp() END"
-										   "  FROM unnest($1, $2) AS f(id, error) WHERE t.id = f.id"
-										   " RETURNING t.event_id, t.dead_lettered_at IS NOT NULL, t.last_error",
-										   row->table),
-								  3, types, args, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		if (SPI_execute_plan(hp->fail, args, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not count the failed events of inbox \"%s\"", inbox);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -273,10 +375,8 @@ void
 InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
 {
 	HandlerRow	row;
-	Oid			claim_types[1] = {INT4OID};
+	HandlerPlans *hp;
 	Datum		claim_args[1];
-	SPIPlanPtr	call;
-	Oid			call_types[1] = {INT8OID};
 	Datum	   *ids;
 	Datum	   *done;
 	Datum	   *failed;
@@ -301,12 +401,9 @@ InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
 		record_hold(inbox, NULL);
 
 	/* Step 2 */
+	hp = inbox_plans(inbox, &row);
 	claim_args[0] = Int32GetDatum(row.batch_size);
-	if (SPI_execute_with_args(psprintf("SELECT t.id FROM %s t"
-									   " WHERE t.processed_at IS NULL AND t.dead_lettered_at IS NULL"
-									   "   AND (t.claimed_until IS NULL OR t.claimed_until <= clock_timestamp())"
-									   " ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED", row.table),
-							  1, claim_types, claim_args, NULL, false, 0) != SPI_OK_SELECT)
+	if (SPI_execute_plan(hp->claim, claim_args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not claim the events of inbox \"%s\"", inbox);
 	n = (int) SPI_processed;
 	out->claimed = n;
@@ -321,17 +418,12 @@ InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
 	}
 
 	/* Step 3 */
-	call = SPI_prepare(psprintf("SELECT %s(t) FROM %s t WHERE t.id = $1", row.function, row.table),
-					   1, call_types);
-	if (call == NULL)
-		elog(ERROR, "could not prepare the handler of inbox \"%s\": %s", inbox,
-			 SPI_result_code_string(SPI_result));
 	done = palloc(sizeof(Datum) * n);
 	failed = palloc(sizeof(Datum) * n);
 	errors = palloc(sizeof(char *) * n);
 	for (int i = 0; i < n; i++)
 	{
-		char	   *error = run_one(call, ids[i], row.run_as);
+		char	   *error = run_one(hp->call, ids[i], row.run_as);
 
 		if (error == NULL)
 			done[ndone++] = ids[i];
@@ -341,12 +433,11 @@ InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
 			failed[nfailed++] = ids[i];
 		}
 	}
-	SPI_freeplan(call);
 	out->processed = ndone;
 	out->failed = nfailed;
 
 	/* Step 4 */
-	record_batch(inbox, &row, done, ndone, failed, errors, nfailed, out);
+	record_batch(inbox, &row, hp, done, ndone, failed, errors, nfailed, out);
 }
 
 /*

@@ -18,6 +18,16 @@ typedef struct InboxHandlerOutcome
 	int			concurrency;	/* the handler's concurrency */
 } InboxHandlerOutcome;
 
+/* Why a handler cannot run (inbox_handler_rules.c). */
+typedef struct InboxHandlerProblem
+{
+	const char *sqlstate;
+	char	   *message;
+	char	   *hint;
+} InboxHandlerProblem;
+
 extern void InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out);
+extern char *InboxHandlerCheck(const char *inbox, Oid relid, Oid handler, const char *run_as,
+							   bool allow_superuser, const char *owner, InboxHandlerProblem *p);
 
 #endif

@@ -12,91 +12,13 @@
 
 -- Why the handler cannot run, as {sqlstate, message, hint}, or NULL when
 -- it can: p_owner (the role that set it) must be allowed to make p_run_as
--- run it, and p_run_as must have the rights to process the inbox.
--- p_config is normalised (tide._inbox_handler_config).
+-- run it, and p_run_as must have the rights to process the inbox
+-- (relay/inbox_handler_rules.c, which the relay calls before every batch).
 CREATE OR REPLACE FUNCTION tide._inbox_handler_problem(p_inbox text, p_handler oid, p_run_as text,
 													   p_config jsonb, p_owner text)
 RETURNS text[]
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-	cfg tide.tide_inbox_config;
-	tbl text;
-	rowtype oid;
-	h record;
-	owner_super boolean;
-	run_as_super boolean;
-BEGIN
-	SELECT * INTO cfg FROM tide.tide_inbox_config WHERE inbox_name = p_inbox;
-	IF NOT FOUND THEN
-		RETURN ARRAY['42704', format('inbox "%s" does not exist', p_inbox),
-					 'Create it with tide.inbox_create().'];
-	END IF;
-	tbl := tide._inbox_table(cfg);
-	rowtype := (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(tbl));
-	IF rowtype IS NULL THEN
-		RETURN ARRAY['42P01', format('table %s of inbox "%s" does not exist', tbl, p_inbox),
-					 'Drop the inbox with tide.inbox_drop() and create it again.'];
-	END IF;
-	SELECT p.oid, p.prokind, p.pronargs, p.proargtypes[0] AS argtype, p.pronamespace, p.proowner,
-		   n.nspname
-	  INTO h
-	  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-	 WHERE p.oid = p_handler;
-	IF NOT FOUND THEN
-		RETURN ARRAY['42883', format('the handler function of inbox "%s" does not exist', p_inbox),
-					 'Create the function again, or set another handler with tide.inbox_set_handler().'];
-	END IF;
-	IF h.prokind <> 'f' OR h.pronargs <> 1 OR h.argtype <> rowtype THEN
-		RETURN ARRAY['22023', format('handler %s must be a function of one argument of type %s',
-									 p_handler::regprocedure, rowtype::regtype),
-					 format('Declare it as CREATE FUNCTION ...(m %s) RETURNS void ...', rowtype::regtype)];
-	END IF;
-	IF p_owner IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = p_owner) THEN
-		RETURN ARRAY['42501', format('the role that set the handler of inbox "%s" does not exist', p_inbox),
-					 'Set the handler again with tide.inbox_set_handler().'];
-	END IF;
-	SELECT r.rolsuper INTO run_as_super FROM pg_catalog.pg_roles r WHERE r.rolname = p_run_as;
-	IF NOT FOUND THEN
-		RETURN ARRAY['42704', format('role "%s" does not exist', p_run_as),
-					 'Name an existing role in "run_as", or leave it out to run the handler as its owner.'];
-	END IF;
-	owner_super := (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = p_owner);
-	-- The relay's worker is a superuser: a handler runs as one only when a
-	-- superuser said so in as many words.
-	IF run_as_super AND NOT (owner_super AND coalesce((p_config ->> 'allow_superuser')::boolean, false)) THEN
-		RETURN ARRAY['42501', format('handler of inbox "%s" cannot run as superuser "%s"', p_inbox, p_run_as),
-					 CASE WHEN owner_super
-						  THEN 'Name a role without superuser in "run_as", or pass "allow_superuser": true.'
-						  ELSE 'Name a role without superuser in "run_as"; only a superuser may let a handler run as one.' END];
-	END IF;
-	-- The role may be one the owner can act as, or the handler's own owner
-	-- when the owner may call the handler anyway.
-	IF NOT pg_catalog.pg_has_role(p_owner, p_run_as, 'MEMBER')
-	   AND NOT (h.proowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_run_as)
-				AND pg_catalog.has_function_privilege(p_owner, p_handler, 'EXECUTE')) THEN
-		RETURN ARRAY['42501', format('role "%s" cannot make the handler of inbox "%s" run as role "%s"',
-									 p_owner, p_inbox, p_run_as),
-					 'Name in "run_as" a role you are a member of, or the owner of a handler you may execute.'];
-	END IF;
-	IF NOT pg_catalog.has_schema_privilege(p_run_as, h.pronamespace, 'USAGE') THEN
-		RETURN ARRAY['42501', format('role "%s" has no USAGE on schema %s of handler %s',
-									 p_run_as, pg_catalog.quote_ident(h.nspname), p_handler::regprocedure),
-					 format('Grant USAGE on schema %I to role %I.', h.nspname, p_run_as)];
-	END IF;
-	IF NOT pg_catalog.has_function_privilege(p_run_as, p_handler, 'EXECUTE') THEN
-		RETURN ARRAY['42501', format('role "%s" cannot execute handler %s', p_run_as, p_handler::regprocedure),
-					 format('Grant EXECUTE on function %s to role %I.', p_handler::regprocedure, p_run_as)];
-	END IF;
-	IF NOT (pg_catalog.has_table_privilege(p_run_as, tbl, 'SELECT')
-			AND pg_catalog.has_table_privilege(p_run_as, tbl, 'UPDATE')) THEN
-		RETURN ARRAY['42501', format('role "%s" cannot process inbox "%s"', p_run_as, p_inbox),
-					 format('Grant SELECT and UPDATE on table %s to role %I, for example through tide_consumer.',
-							tbl, p_run_as)];
-	END IF;
-	RETURN NULL;
-END
-$$
+AS 'MODULE_PATHNAME', 'tide_inbox_handler_problem'
+LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._inbox_handler_problem(text,oid,text,jsonb,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._inbox_handler_problem(text,oid,text,jsonb,text) TO tide_admin;
