@@ -32,7 +32,9 @@ BEGIN
 		PERFORM set_config('ih.mark', m.event_id, false);
 	END IF;
 	IF m.payload ? 'escape' THEN
-		SET ROLE regress_ih_super;
+		-- back to the session's user: the relay's superuser
+		RESET ROLE;
+		INSERT INTO ih_app.calls VALUES (m.event_id || ' after RESET ROLE', current_user, '');
 	END IF;
 END
 $$;
@@ -135,7 +137,7 @@ SELECT event_id, processed_at IS NOT NULL AS processed, retry_count, last_error,
   FROM tide.ih_jobs_inbox ORDER BY id;
 -- each processed event's writes once, failed attempts' undone
 SELECT event_id, run_as, path FROM ih_app.calls ORDER BY event_id;
--- the handler's SET is undone, its SET ROLE was refused
+-- the handler's SET is undone, its RESET ROLE was refused
 SELECT coalesce(current_setting('ih.mark', true), '') AS mark, current_user;
 SELECT payload - 'at' AS event, headers FROM tide.tide_outbox_messages WHERE outbox_name = 'ih_ops';
 SELECT s - 'oldest_pending_age_seconds' - 'handler' AS status,
