@@ -246,7 +246,7 @@ run_one(SPIPlanPtr call, Datum id, Oid run_as)
 	ResourceOwner owner = CurrentResourceOwner;
 	Oid			save_user;
 	int			save_sec;
-	char	   *error = NULL;
+	char	   *volatile error = NULL;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	BeginInternalSubTransaction(NULL);
