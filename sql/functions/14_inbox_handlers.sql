@@ -164,9 +164,8 @@ BEGIN
 				  HINT = 'Pass a function that takes the inbox''s row type, or remove the handler with tide.inbox_drop_handler().';
 	END IF;
 	IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
-		RAISE EXCEPTION 'handler config must be a JSON object'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Pass an object such as {"batch_size": 100, "run_as": "app"}, or leave it out.';
+		-- refused as the row's trigger refuses it
+		PERFORM tide._inbox_handler_config(p_config);
 	END IF;
 	IF coalesce(jsonb_typeof(p_config -> 'run_as'), 'string') <> 'string' OR p_config ->> 'run_as' = '' THEN
 		RAISE EXCEPTION '"run_as" must be a role name'
