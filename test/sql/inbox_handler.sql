@@ -14,6 +14,9 @@ CREATE SCHEMA ih_app AUTHORIZATION regress_ih_app;
 GRANT USAGE ON SCHEMA ih_app TO regress_ih_other, regress_ih_admin;
 SELECT tide.inbox_create('ih_jobs', 'tide', 2);
 SELECT tide.outbox_create('ih_ops');
+SELECT tide.outbox_create('ih_out');
+GRANT tide_publisher TO regress_ih_app;
+SELECT tide.outbox_grant_publish('ih_out', 'regress_ih_app');
 SET pg_tide.operator_events_outbox = 'ih_ops';
 
 -- The handler notes each call with the role and search_path it ran
@@ -30,6 +33,9 @@ BEGIN
 	IF m.payload ? 'path' THEN
 		PERFORM set_config('search_path', 'ih_app', false);
 		PERFORM set_config('ih.mark', m.event_id, false);
+	END IF;
+	IF m.payload ? 'publish' THEN
+		PERFORM tide.outbox_publish('ih_out', m.payload);
 	END IF;
 	IF m.payload ? 'escape' THEN
 		-- back to the session's user: the relay's superuser
@@ -137,6 +143,10 @@ SELECT event_id, processed_at IS NOT NULL AS processed, retry_count, last_error,
   FROM tide.ih_jobs_inbox ORDER BY id;
 -- each processed event's writes once, failed attempts' undone
 SELECT event_id, run_as, path FROM ih_app.calls ORDER BY event_id;
+-- a handler publishes to an outbox, with its event's processed mark
+SELECT tide.inbox_receive('ih_jobs', 'p1', '{"publish": true}');
+SELECT tide._inbox_handle('ih_jobs') AS processed;
+SELECT payload FROM tide.tide_outbox_messages WHERE outbox_name = 'ih_out';
 -- the handler's SET is undone, its RESET ROLE was refused
 SELECT coalesce(current_setting('ih.mark', true), '') AS mark, current_user;
 SELECT payload - 'at' AS event, headers FROM tide.tide_outbox_messages WHERE outbox_name = 'ih_ops';
@@ -194,5 +204,6 @@ SELECT count(*) AS handlers, (SELECT count(*) FROM tide.relay_inbox_handler_heal
 
 RESET pg_tide.operator_events_outbox;
 SELECT tide.outbox_drop('ih_ops');
+SELECT tide.outbox_drop('ih_out');
 DROP SCHEMA ih_app CASCADE;
 DROP ROLE regress_ih_app, regress_ih_other, regress_ih_admin, regress_ih_super;
