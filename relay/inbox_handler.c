@@ -16,9 +16,11 @@
  *	  so the handler cannot SET ROLE back to the worker's superuser, and
  *	  SECURITY_RESTRICTED_OPERATION, so that it leaves nothing in the
  *	  session: no temporary object, no held cursor), search_path pinned to
- *	  pg_catalog, pg_temp unless the function sets its own, and every
- *	  setting the handler changes undone after it. An error undoes that
- *	  event's writes alone and is recorded after it.
+ *	  pg_catalog, pg_temp unless the function sets its own, every
+ *	  setting the handler changes undone after it, and no more right to a
+ *	  relay pipeline's consumer group than any session has
+ *	  (TideInRelayWorker off). An error undoes that event's writes alone
+ *	  and is recorded after it.
  * 4. Mark the processed events processed and the failed ones failed
  *	  (retry_count, last_error; dead-lettered at the inbox's max_retries)
  *	  in the same transaction as the handler's writes, and record the
@@ -247,8 +249,11 @@ run_one(SPIPlanPtr call, Datum id, Oid run_as)
 	Oid			save_user;
 	int			save_sec;
 	char	   *volatile error = NULL;
+	bool		in_worker = TideInRelayWorker;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
+	/* the handler is an ordinary session's code: no pipeline's group for it */
+	TideInRelayWorker = false;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
@@ -265,6 +270,7 @@ run_one(SPIPlanPtr call, Datum id, Oid run_as)
 		/* whatever the handler set, SET or SET LOCAL, ends with its call */
 		AtEOXact_GUC(false, nest);
 		SetUserIdAndSecContext(save_user, save_sec);
+		TideInRelayWorker = in_worker;
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -281,6 +287,7 @@ run_one(SPIPlanPtr call, Datum id, Oid run_as)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		SetUserIdAndSecContext(save_user, save_sec);
+		TideInRelayWorker = in_worker;
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 			ReThrowError(edata);
 		error = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode), edata->message);
