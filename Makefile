@@ -20,6 +20,10 @@ OBJS = \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
+	relay/engine.o \
+	relay/units.o \
+	relay/flows.o \
+	relay/flow_forward.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \
@@ -27,17 +31,35 @@ OBJS = \
 	relay/events.o \
 	relay/json_text.o \
 	relay/config_read.o \
-	relay/sinks/sinks.o \
-	relay/sinks/file.o \
-	relay/sinks/webhook.o relay/address.o relay/attempt_log.o \
+	relay/endpoints/registry.o relay/endpoints/redact.o \
+	relay/address.o relay/attempt_log.o \
+	relay/endpoints/source_types.o relay/reverse_config.o relay/pipeline_names.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
-	relay/sinks/webhook_config.o relay/sinks/file_config.o \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o \
 	relay/broker.o relay/connector.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o \
 	relay/log_repeat.o relay/extension_lock.o relay/restore.o relay/on_demand.o relay/worker_slots.o \
 	src/inbox_wake.o relay/inbox_handler.o relay/inbox_handler_rules.o
+
+# The endpoints (CONTRIBUTING.md, "Add a sink or a source"): one folder
+# each, relay/endpoints/<name>/, all of whose .c files are the endpoint's
+# code, and whose endpoint.mk says the rest:
+#	<name>.module = <pkg-config name> <Debian -dev package> <Debian library package>
+#		the endpoint is a module of its own, pg_tide_<name>.so, linked with
+#		that client library (below); without it, it is part of pg_tide.so
+#	<name>.provides = sink, source or both (default: sink)
+#	<name>.order = two digits: its place in the lists of types that hints
+#		give (default 90)
+# Nothing else names an endpoint: relay/endpoints/known.h, made from these,
+# tells pg_tide.so the types and packages there are, for its hints.
+ENDPOINT_FOUND := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard relay/endpoints/*/*.c)))))
+include $(wildcard $(foreach e,$(ENDPOINT_FOUND),relay/endpoints/$(e)/endpoint.mk))
+ENDPOINTS := $(foreach o,$(sort $(foreach e,$(ENDPOINT_FOUND),$(or $($(e).order),90)-$(e))),$(lastword $(subst -, ,$(o))))
+ENDPOINT_MODULES := $(foreach e,$(ENDPOINTS),$(if $($(e).module),$(e)))
+ENDPOINT_BUILTIN := $(filter-out $(ENDPOINT_MODULES),$(ENDPOINTS))
+endpoint_objs = $(patsubst %.c,%.o,$(wildcard relay/endpoints/$(1)/*.c))
+OBJS += $(foreach e,$(ENDPOINT_BUILTIN),$(call endpoint_objs,$(e)))
 
 # The SQL (CONTRIBUTING.md): the install script of the current version and
 # the update script from the release before it are made from the source
@@ -54,7 +76,7 @@ SQL_UPDATE_POST = $(wildcard $(srcdir)/sql/updates/$(PREVVERSION)--$(EXTVERSION)
 DATA_built = sql/pg_tide--$(EXTVERSION).sql sql/pg_tide--$(PREVVERSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(addprefix $(srcdir)/,$(DATA_built)),$(wildcard $(srcdir)/sql/pg_tide--*.sql))
 
-PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay -I$(srcdir)/relay/sinks -DTIDE_CATALOG_VERSION='"$(EXTVERSION)"'
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/relay -DTIDE_CATALOG_VERSION='"$(EXTVERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lcurl -lcjson -lcrypto
 
@@ -72,7 +94,7 @@ PROVE_TESTS = test/t/*.pl
 
 # The webhook receiver the TAP tests start (test/receiver.c): built for
 # installcheck, not part of the extension's all.
-EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) \
+EXTRA_CLEAN = test/receiver test/sql_names pg_tide_*$(DLSUFFIX) $(BROKER_OBJS) relay/endpoints/known.h \
 	test/brokers/kafka_mock test/brokers/kafka_consume bench/brokers/kafka_client \
 	test/brokers/rabbitmq_read \
 	test/brokers/nats_tool
@@ -116,41 +138,45 @@ installcheck: test/brokers/rabbitmq_read
 
 # PGXS tracks no header dependencies: every object is rebuilt when one of
 # the project's headers changes (a changed struct must not leave stale objects).
-$(OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
+$(OBJS): $(wildcard src/*.h relay/*.h relay/endpoints/*.h relay/endpoints/*/*.h)
 # TIDE_CATALOG_VERSION comes from the control file.
 relay/worker.o relay/serving.o relay/on_demand.o: pg_tide.control
 
-# Broker sinks (relay/broker.h): one module each, pg_tide_<sink>.so from
-# relay/sinks/<sink>.c and <sink>_config.c, linked with the broker's client
-# library and built only where that library's pkg-config file (from its
+# The known endpoints, for pg_tide.so's hints (relay/endpoints/registry.c):
+# made from the endpoint folders, so that no source file lists them.
+relay/endpoints/known.h: Makefile $(wildcard relay/endpoints/*/endpoint.mk)
+	{ echo '/* made by make from relay/endpoints/<name>/endpoint.mk (Makefile): do not edit */'; \
+	  $(foreach e,$(ENDPOINTS),echo '{"$(e)", $(if $(filter sink,$(or $($(e).provides),sink)),true,false), $(if $(filter source,$($(e).provides)),true,false), $(if $($(e).module),"$(word 3,$($(e).module))"$(comma) "$(word 2,$($(e).module))",NULL$(comma) NULL)},';) } > $@
+comma := ,
+relay/endpoints/registry.o: relay/endpoints/known.h
+
+# Endpoint modules (relay/broker.h): pg_tide_<name>.so from the .c files of
+# relay/endpoints/<name>/, linked with the client library its endpoint.mk
+# names and built only where that library's pkg-config file (from its
 # Debian -dev package) is installed, so that pg_tide.so never needs a
-# broker library; relay/sinks/sinks.c loads a module when a pipeline names
-# its sink type. <sink>:<pkg-config name>:<Debian -dev package> for each
-# (BROKER_SINKS= from the environment builds none):
-BROKER_SINKS ?= kafka:rdkafka:librdkafka-dev nats:libnats:libnats-dev redis:hiredis:libhiredis-dev \
-	rabbitmq:librabbitmq:librabbitmq-dev mqtt:libmosquitto:libmosquitto-dev
+# broker library; relay/endpoints/registry.c loads a module when a pipeline
+# names its type. BROKER_SINKS= from the environment builds none.
+BROKER_SINKS ?= $(ENDPOINT_MODULES)
 PKG_CONFIG ?= pkg-config
-broker_field = $(word $(2),$(subst :, ,$(1)))
-broker_entry = $(filter $(1):%,$(BROKER_SINKS))
-broker_pc = $(call broker_field,$(call broker_entry,$(1)),2)
-broker_dev = $(call broker_field,$(call broker_entry,$(1)),3)
+broker_pc = $(word 1,$($(1).module))
+broker_dev = $(word 2,$($(1).module))
 # Without pkg-config (Debian's pkgconf) no broker library is found at all.
 HAVE_PKG_CONFIG := $(shell command -v $(PKG_CONFIG) >/dev/null 2>&1 && echo y)
-# the sinks whose sources exist and whose library is installed
-BROKER_BUILT := $(foreach b,$(BROKER_SINKS),$(if $(wildcard $(srcdir)/relay/sinks/$(call broker_field,$(b),1).c),$(if $(HAVE_PKG_CONFIG),$(if $(shell $(PKG_CONFIG) --exists $(call broker_field,$(b),2) && echo y),$(call broker_field,$(b),1)))))
-BROKER_SKIPPED := $(filter-out $(BROKER_BUILT),$(foreach b,$(BROKER_SINKS),$(call broker_field,$(b),1)))
+# the modules whose library is installed
+BROKER_BUILT := $(foreach b,$(filter $(ENDPOINT_MODULES),$(BROKER_SINKS)),$(if $(HAVE_PKG_CONFIG),$(if $(shell $(PKG_CONFIG) --exists $(call broker_pc,$(b)) && echo y),$(b))))
+BROKER_SKIPPED := $(filter-out $(BROKER_BUILT),$(filter $(ENDPOINT_MODULES),$(BROKER_SINKS)))
 BROKER_MODULES = $(patsubst %,pg_tide_%$(DLSUFFIX),$(BROKER_BUILT))
-BROKER_OBJS = $(foreach b,$(BROKER_BUILT),relay/sinks/$(b).o relay/sinks/$(b)_config.o)
+BROKER_OBJS = $(foreach b,$(BROKER_BUILT),$(call endpoint_objs,$(b)))
 
 all: $(BROKER_MODULES) broker-sinks-report
 install: install-broker-sinks
 
-# Why sink $(1) is not built, for its warning.
-broker_skip_reason = $(if $(wildcard $(srcdir)/relay/sinks/$(1).c),$(if $(HAVE_PKG_CONFIG),its client library's headers are not installed ($(PKG_CONFIG) finds no $(call broker_pc,$(1)).pc): install Debian's $(call broker_dev,$(1)),$(PKG_CONFIG) is not installed: install Debian's pkgconf and $(call broker_dev,$(1))),relay/sinks/$(1).c does not exist)
+# Why module $(1) is not built, for its warning.
+broker_skip_reason = $(if $(HAVE_PKG_CONFIG),its client library's headers are not installed ($(PKG_CONFIG) finds no $(call broker_pc,$(1)).pc): install Debian's $(call broker_dev,$(1)),$(PKG_CONFIG) is not installed: install Debian's pkgconf and $(call broker_dev,$(1)))
 
 .PHONY: broker-sinks-report install-broker-sinks
-# One line of what was built, and a warning on stderr for each sink skipped:
-# a server without a module refuses that sink's pipelines.
+# One line of what was built, and a warning on stderr for each module skipped:
+# a server without a module refuses that type's pipelines.
 broker-sinks-report:
 	@echo "pg_tide: broker sinks built: $(or $(strip $(BROKER_BUILT)),none); skipped: $(or $(strip $(BROKER_SKIPPED)),none)"
 	@$(foreach b,$(BROKER_SKIPPED),echo "WARNING: pg_tide: the $(b) sink (pg_tide_$(b)$(DLSUFFIX)) is not built: $(call broker_skip_reason,$(b))" >&2;) true
@@ -158,11 +184,14 @@ broker-sinks-report:
 install-broker-sinks: $(BROKER_MODULES)
 	$(if $(BROKER_MODULES),$(INSTALL_SHLIB) $(BROKER_MODULES) '$(DESTDIR)$(pkglibdir)/')
 
-# The broker's headers and library from its pkg-config file.
-$(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/sinks/*.h)
-relay/sinks/%.o relay/sinks/%_config.o: override CPPFLAGS += $(shell $(PKG_CONFIG) --cflags $(call broker_pc,$*) 2>/dev/null)
-pg_tide_%$(DLSUFFIX): relay/sinks/%.o relay/sinks/%_config.o
-	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@ $(shell $(PKG_CONFIG) --libs $(call broker_pc,$*))
+# Each module's objects, with its library's headers, and the module.
+$(BROKER_OBJS): $(wildcard src/*.h relay/*.h relay/endpoints/*.h relay/endpoints/*/*.h)
+define endpoint_module_rules
+$(call endpoint_objs,$(1)): override CPPFLAGS += $$(shell $$(PKG_CONFIG) --cflags $(call broker_pc,$(1)) 2>/dev/null)
+pg_tide_$(1)$$(DLSUFFIX): $(call endpoint_objs,$(1))
+	$$(CC) $$(CFLAGS) $$^ $$(LDFLAGS) $$(LDFLAGS_SL) -shared -o $$@ $$(shell $$(PKG_CONFIG) --libs $(call broker_pc,$(1)))
+endef
+$(foreach b,$(BROKER_BUILT),$(eval $(call endpoint_module_rules,$(b))))
 
 # The redis sink's tests read streams with a real client (test/brokers/redis_read.c).
 test/brokers/redis_read: test/brokers/redis_read.c
@@ -178,6 +207,13 @@ test/brokers/kafka_mock bench/brokers/kafka_client: %: %.c
 test/brokers/kafka_consume: test/brokers/kafka_consume.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) $(shell pkg-config --cflags rdkafka) -o $@ $< $(shell pkg-config --libs rdkafka) -lcjson
 installcheck: test/brokers/kafka_mock test/brokers/kafka_consume
+
+# A sink module that no file of pg_tide names (test/t/075): found by its
+# file name and init symbol alone. Built for installcheck, never installed.
+test/endpoints/pg_tide_probe$(DLSUFFIX): test/endpoints/probe.o
+	$(CC) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@
+installcheck: test/endpoints/pg_tide_probe$(DLSUFFIX)
+EXTRA_CLEAN += test/endpoints/probe.o test/endpoints/pg_tide_probe$(DLSUFFIX)
 
 # The JetStream client of the NATS sink's tests (test/t/042, 043).
 test/brokers/nats_tool: test/brokers/nats_tool.c

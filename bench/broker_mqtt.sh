@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MQTT sink (relay/sinks/mqtt.c) against a Mosquitto broker on
+# The MQTT sink (relay/endpoints/mqtt/sink.c) against a Mosquitto broker on
 # 127.0.0.1: the rate at which a pipeline delivers a backlog, beside
 # libmosquitto alone (bench/brokers/mqtt_client.c) publishing the same
 # messages (MQTT 5, the same QoS, user properties and body size) with the

@@ -170,6 +170,9 @@ publish_rows() {
 		"$(ratio relay.sh relay catchup_1000000 relay catchup_100000)"
 	target_row "relay worker's private memory 5 s after a fan-out / at rest before it" "<=" 2 "%.3f" \
 		"$(ratio relay.sh worker_memory_kb "fan-out, 5 s after it" worker_memory_kb "fan-out, at rest before it")"
+	target_row "outbox to a local inbox / plain INSERT ... SELECT in batches of the same size" ">=" 0.5 "%.3f" \
+		"$(ratio inbox_sink.sh inbox_sink relay inbox_sink plain)"
+	target_row "outbox to a local inbox, msg/s" ">=" 20000 "%.0f" "$(stat inbox_sink.sh inbox_sink relay)"
 	echo
 	echo "\"Flat\" catch-up is read as: the rate with 1,000,000 messages waiting is at least 0.9 of the"
 	echo "rate with 100,000 waiting."
@@ -272,6 +275,20 @@ publish_rows() {
 	done
 	echo
 	echo "![relay throughput](results/relay.png)"
+	echo
+	echo "### Outbox to a local inbox"
+	echo
+	echo "An inbox pipeline (sink type \`inbox\`) writes a backlog into an inbox of the same database,"
+	echo "from the commit that enables it to the record of the last batch; beside it, a procedure"
+	echo "copies the same rows from the outbox's table into another inbox's table with"
+	echo "\`INSERT ... SELECT ... ON CONFLICT (event_id) DO NOTHING\` in batches of the same size, a"
+	echo "commit after each (\`bench/inbox_sink.sh\`)."
+	echo
+	echo "| what | msg/s | / plain |"
+	echo "|---|---:|---:|"
+	printf '| plain INSERT ... SELECT | %s | 1.000 |\n' "$(cell %.0f $(stat inbox_sink.sh inbox_sink plain))"
+	printf '| inbox pipeline | %s | %s |\n' "$(cell %.0f $(stat inbox_sink.sh inbox_sink relay))" \
+		"$(cell %.3f $(ratio inbox_sink.sh inbox_sink relay inbox_sink plain))"
 	echo
 	echo "### Catching up with a backlog"
 	echo

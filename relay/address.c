@@ -8,7 +8,7 @@
  * callback, about the address it is about to connect to once DNS has
  * answered (RelayAddressRefused must neither raise an ERROR nor palloc
  * there, and does neither). The webhook sink's config validator
- * (relay/sinks/webhook_config.c) asks RelayUrlHostClass about a URL whose
+ * (relay/endpoints/webhook/config.c) asks RelayUrlHostClass about a URL whose
  * host is written as an address, so that such a pipeline is refused when
  * it is set rather than failing at every delivery. A host given as a name
  * is only known at delivery, and only the worker's check applies to it.

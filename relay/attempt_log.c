@@ -27,11 +27,14 @@
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 /* Most bytes of an answer kept in the log. */
 #define ATTEMPT_SNIPPET_BYTES	2048
@@ -47,6 +50,19 @@
 #define ATTEMPT_TRIM_SKEW_SECS	3600
 
 int			AttemptLogRetentionSecs = 7 * 24 * 3600;
+
+/* Defines pg_tide.attempt_log_retention; called from _PG_init. */
+void
+RelayDefineAttemptLogGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.attempt_log_retention",
+							"How long rows of tide.relay_attempts are kept.",
+							"Each relay worker deletes older rows once a minute; 0 keeps them.",
+							&AttemptLogRetentionSecs,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
 
 /*
  * The answer's first bytes as text the database can store, at most

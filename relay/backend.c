@@ -34,7 +34,9 @@
 
 #include "compat.h"
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 /* CREATE EXTENSION in this transaction asked for a recheck. */
 static bool recheck_pending = false;

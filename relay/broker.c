@@ -19,7 +19,9 @@
 
 #include "config_value.h"
 #include "broker.h"
-#include "relay.h"
+#include "secrets.h"
+
+const char *const RelayBrokerSecretKeys[] = {"auth.*", NULL};
 
 void
 RelayConfigCheckCredential(const char *key, const cJSON *v)

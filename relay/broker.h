@@ -2,7 +2,8 @@
  * broker.h
  *		What the sinks of message brokers share (Kafka, NATS JetStream,
  *		Redis Streams, RabbitMQ, MQTT): each is a module of its own
- *		(relay/sinks/sinks.c loads it) that implements sink.h's routine
+ *		(relay/endpoints/<name>/, loaded by relay/endpoints/registry.c)
+ *		that implements sink.h's routine
  *		and uses these, which live in pg_tide.so (relay/broker.c,
  *		relay/send_window.c), so that every broker names, maps, sends and
  *		fails the same way. docs/relay.md describes them for users.
@@ -56,12 +57,15 @@
  * a non-empty string or a reference {"env": "PG_TIDE_..."} / {"file":
  * "..."} read by the worker (secrets.c), and sits in the config's "auth"
  * object, whose secret-named members every output redacts
- * (tide._relay_redact). RelayConfigCheckCredential is for validators;
+ * (RelayBrokerSecretKeys). RelayConfigCheckCredential is for validators;
  * RelayBrokerCredential reads one in `open`: the value (palloc'd), or
  * NULL for an absent key; false, with *error, when a reference cannot be
  * read (the pipeline's error, and set opened->read_secrets).
  */
 extern PGDLLEXPORT void RelayConfigCheckCredential(const char *key, const cJSON *v);
+
+/* The secret keys of a broker's sink (RelaySinkRoutine): those of "auth". */
+extern PGDLLEXPORT const char *const RelayBrokerSecretKeys[];
 extern PGDLLEXPORT bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
 
 /*

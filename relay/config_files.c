@@ -33,7 +33,7 @@
 #include "utils/acl.h"
 
 #include "config_value.h"
-#include "relay.h"
+#include "secrets.h"
 
 /* The role a config is being checked with; InvalidOid: a role with no rights. */
 static Oid	config_role = InvalidOid;
@@ -46,6 +46,13 @@ RelayConfigSetRole(Oid role)
 
 	config_role = role;
 	return before;
+}
+
+/* The role a config is checked with; InvalidOid: a role with no rights. */
+Oid
+RelayConfigRole(void)
+{
+	return config_role;
 }
 
 /* Whether the role a config is checked with is a superuser or has the privileges of `builtin`. */

@@ -2,7 +2,7 @@
  * config_value.h
  *		Reading one value of a pipeline config, with the messages every
  *		validator gives: the common keys' validator (pipeline_config.c) and
- *		each sink's (relay/sinks/<sink>_config.c) call these.
+ *		each sink's (relay/endpoints/<name>/config.c) call these.
  *
  * A config arrives as a cJSON tree made from its jsonb by
  * RelayConfigFromJsonb, in which every number is a cJSON_Raw item holding
@@ -97,12 +97,13 @@ extern PGDLLEXPORT cJSON *RelayConfigAddObject(cJSON *out, const char *name);
 
 /*
  * config_files.c: the role a config is checked with (RelayNormalizeConfig
- * sets it; InvalidOid has no rights), whether it is a superuser or has the
+ * sets it; InvalidOid has no rights) and which it is, whether it is a superuser or has the
  * privileges of a built-in role, and a file a config names for the relay
  * to read (a TLS file, a credentials file), refused with 42501 unless that
  * role may read server files or the file is in pg_tide.secrets_directory.
  */
 extern PGDLLEXPORT Oid RelayConfigSetRole(Oid role);
+extern PGDLLEXPORT Oid RelayConfigRole(void);
 extern PGDLLEXPORT bool RelayConfigRoleHas(Oid builtin);
 extern PGDLLEXPORT void RelayConfigCheckFile(const char *key, const cJSON *v, const char *hint);
 

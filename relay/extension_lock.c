@@ -52,7 +52,7 @@
 #include "utils/snapmgr.h"
 
 #include "compat.h"
-#include "relay.h"
+#include "relay_xact.h"
 
 typedef enum TurnLock
 {

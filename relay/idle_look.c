@@ -18,7 +18,8 @@
 #include "postgres.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /*
  * Sets found[i] for each of the n pipelines that may have something to

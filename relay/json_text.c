@@ -20,7 +20,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "relay.h"
+#include "relay_xact.h"
 
 /* A string's JSON form: quoted, escaped as escape_json does. */
 static void

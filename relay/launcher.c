@@ -63,14 +63,14 @@
 
 #include "compat.h"
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 bool		RelayEnabled = true;
-int			RelayNaptimeMs = 1000;
 char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
 int			RelayWorkersPerDatabase = 1;
-int			RelayMaxConnections = 256;
 
 RelayShared *Relay = NULL;
 
@@ -100,9 +100,12 @@ static bool launcher_out_of_workers = false;
  * ------------------------------------------------------------------------
  */
 
-/* Defines the relay's settings; called from _PG_init when preloaded. */
+/*
+ * Defines the settings of the launcher and its workers; called from
+ * _PG_init when preloaded. Each other relay module defines its own.
+ */
 void
-RelayDefineGucs(void)
+RelayDefineLauncherGucs(void)
 {
 	DefineCustomBoolVariable("pg_tide.relay_enabled",
 							 "Whether the relay workers run.",
@@ -111,40 +114,6 @@ RelayDefineGucs(void)
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
-	DefineCustomIntVariable("pg_tide.relay_naptime_ms",
-							"How long a relay worker sleeps when no commit wakes it.",
-							"A publishing commit wakes its database's worker at once; this "
-							"is only the fallback look.",
-							&RelayNaptimeMs,
-							1000, 10, 24 * 3600 * 1000,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("pg_tide.relay_max_connections",
-							"How many connections a relay worker keeps open at most.",
-							"Bounds the webhook connections of each worker, for its pipelines "
-							"with and without allow_private_network each; requests beyond it "
-							"wait for a connection.",
-							&RelayMaxConnections,
-							256, 1, 100000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("pg_tide.attempt_log_retention",
-							"How long rows of tide.relay_attempts are kept.",
-							"Each relay worker deletes older rows once a minute; 0 keeps them.",
-							&AttemptLogRetentionSecs,
-							7 * 24 * 3600, 0, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S,
-							NULL, NULL, NULL);
-
-	DefineCustomStringVariable("pg_tide.secrets_directory",
-							   "The directory whose files pipelines may name as secrets.",
-							   "A pipeline's {\"file\": \"name\"} reads the file of that name directly "
-							   "inside this directory. Empty: file references are refused.",
-							   &RelaySecretsDirectory,
-							   "",
-							   PGC_SIGHUP, 0,
-							   NULL, NULL, NULL);
-
 	DefineCustomStringVariable("pg_tide.operator_events_outbox",
 							   "The outbox that relay operator events are published to.",
 							   "Events when a pipeline's failures in a row reach 50, 70, 90 and 100 % "
@@ -154,15 +123,6 @@ RelayDefineGucs(void)
 							   "",
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
-
-	DefineCustomIntVariable("pg_tide.sweep_interval",
-							"How often each relay worker runs tide.outbox_sweep().",
-							"It deletes messages past their outbox's retention_hours that every "
-							"consumer group has passed; 0 leaves sweeping to the operator.",
-							&SweepIntervalSecs,
-							60, 0, 86400,
-							PGC_SIGHUP, GUC_UNIT_S,
-							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pg_tide.max_relay_workers",
 							"Most relay workers that run at the same time.",

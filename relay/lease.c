@@ -22,7 +22,9 @@
  *	  leaves it holding the next batch alone; a next batch that is not
  *	  started stays in the lease and is leased again from it.
  * 2. The caller delivers with no transaction open.
- * 3. Record, all in one transaction: tide.commit_offset acknowledges the
+ * 3. Record, all in one transaction: a sink whose destination is this
+ *	  database (an inbox) writes the delivered messages first (its `store`,
+ *	  sink.h), so they commit with the offset; tide.commit_offset acknowledges the
  *	  lease up to the last message whose fate is known (an ERROR when the
  *	  lease is no longer the consumer's) and relay_consumer_offsets keeps
  *	  the pipeline's durable offset, which only moves forward; the failed
@@ -46,7 +48,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr commit_offset_plan = NULL;
@@ -452,8 +455,30 @@ record_failures(const RelayPipeline *p, const RelaySettlement *s, RelayDispositi
 }
 
 /*
+ * Hands the messages that settlement s settles as delivered (live ones up
+ * to its offset, queued ones that leave the queue) to the sink's `store`,
+ * in the record's transaction (sink.h).
+ */
+static void
+store_delivered(const RelayPipeline *p, const RelaySettlement *s)
+{
+	RelayMessage *msgs = palloc(sizeof(RelayMessage) * Max(s->n, 1));
+	int			n = 0;
+
+	for (int i = 0; i < s->n; i++)
+		if (s->each[i].outcome == RELAY_DELIVERED &&
+			(s->disp[i] == RELAY_DONE ||
+			 (s->disp[i] == RELAY_KEEP && s->offset_id > 0 && s->msgs[i].id <= s->offset_id)))
+			msgs[n++] = s->msgs[i];
+	if (n > 0)
+		p->sink->store(p->sink_state, p->name, msgs, n);
+	pfree(msgs);
+}
+
+/*
  * Records a delivered batch in one transaction (see the top of this file):
- * disables the pipeline after 410 Gone, commits the live lease up to
+ * stores what a sink of this database delivers (its `store`), disables the
+ * pipeline after 410 Gone, commits the live lease up to
  * offset_id (an ERROR when the lease is no longer the consumer's) and moves
  * the durable offset forward, queues and dead-letters the failures, takes
  * delivered messages out of the retry queue and logs the attempts.
@@ -468,6 +493,8 @@ RelayRecord(const RelayPipeline *p, const RelaySettlement *s, MemoryContext cxt)
 	int			i;
 
 	RelayBeginShortXact("pg_tide relay: recording a delivery");
+	if (p->sink->store != NULL)
+		store_delivered(p, s);
 	values[0] = CStringGetTextDatum(p->consumer_group);
 	values[1] = CStringGetTextDatum(p->consumer);
 	values[2] = Int64GetDatum(s->offset_id);

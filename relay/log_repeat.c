@@ -18,7 +18,7 @@
 
 #include "utils/timestamp.h"
 
-#include "relay.h"
+#include "log_repeat.h"
 
 /* The shortest time between two lines about one condition of one pipeline. */
 #define RELAY_REPEAT_LOG_MS		60000

@@ -3,7 +3,7 @@
  *		Ordered delivery per key ("ordering": "key"): messages with the same
  *		key arrive in id order, at most one in flight per key, and a failing
  *		message holds back only its own key's later messages. Everything
- *		that decides keys, dependencies and parking is here; worker.c,
+ *		that decides keys, dependencies and parking is here; flow_forward.c,
  *		lease.c and the sinks call it.
  *
  * - The key ("ordering_key") is a header name, or an RFC 6901 JSON pointer
@@ -39,7 +39,8 @@
 
 #include "config_value.h"
 #include "pg_tide.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* What the hints say a key is. */
 #define KEY_HINT "Give \"ordering_key\" as a header name such as \"aggregate-id\", or a JSON " \
@@ -232,7 +233,7 @@ RelayOrderingDependencies(const RelayMessage *msgs, int n, const bool *include, 
 	pfree(idx);
 }
 
-/* Whether an outcome is a failure the message answers for (worker.c's rule). */
+/* Whether an outcome is a failure the message answers for (flow_forward.c's rule). */
 static bool
 failed(RelayOutcome o)
 {

@@ -26,9 +26,9 @@
 
 #include "utils/timestamp.h"
 
-#include "relay.h"
+#include "forward.h"
 
-/* The largest burst the validator accepts (the rate's range is in relay.h). */
+/* The largest burst the validator accepts (the rate's range is in forward.h). */
 #define RELAY_BURST_MAX				1000000
 /* The longest wait for a token: one token at the slowest rate. */
 #define RELAY_PACING_MAX_WAIT_MS	1000000.0

@@ -37,10 +37,13 @@
 #include "utils/rel.h"
 
 #include "config_value.h"
+#include "endpoints/registry.h"
 #include "filter.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
-#include "relay.h"
+#include "forward.h"
+#include "reverse_config.h"
+#include "secrets.h"
 #include "sink.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_normalize_config);
@@ -66,12 +69,13 @@ sink_takes(const RelaySinkRoutine *sink, const char *key)
 }
 
 /*
- * The pipeline's outbox or consumer group: given (the config's key must
- * then agree) or, given is NULL, the config's key.
+ * A name the pipeline's config holds (its outbox, consumer group, inbox):
+ * given (the config's key must then agree) or, given is NULL, the config's
+ * key.
  */
-static const char *
-name_key(const cJSON *config, const char *key, const char *given, const char *kind,
-		 const char *param, const char *mismatch_hint, const char *missing_hint)
+const char *
+RelayConfigNameKey(const cJSON *config, const char *key, const char *given, const char *kind,
+				   const char *param, const char *mismatch_hint, const char *missing_hint)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
 
@@ -269,14 +273,27 @@ attempt_log_config(const cJSON *config, const RelaySinkRoutine *sink, cJSON *out
 	RelayConfigAddBool(out, "attempt_log", cJSON_IsTrue(v));
 }
 
+/* What a forward config's names must agree with: relay_set_outbox's parameters. */
+typedef struct ForwardNames
+{
+	const char *outbox;
+	const char *consumer_group;
+} ForwardNames;
+
+/* "a" or "an" before a sink type's name. */
+static const char *
+article(const char *name)
+{
+	return strchr("aeiou", name[0]) != NULL ? "an" : "a";
+}
+
 /* The common keys and the sink's, of a config already known to be an object. */
 static void
-normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
-		  const cJSON *config, cJSON *out)
+normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 {
-	const char **sink_types;
+	const char *outbox = ((ForwardNames *) arg)->outbox;
+	const char *consumer_group = ((ForwardNames *) arg)->consumer_group;
 	const RelaySinkRoutine *sink;
-	int			n = 0;
 	const char *sink_type;
 
 	/*
@@ -284,22 +301,24 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	 * are accepted when they agree, so that relay_get_config's output can be
 	 * set again.
 	 */
-	outbox = name_key(config, "outbox", outbox, "outbox", "p_outbox",
-					  "The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
-					  "Give \"outbox\", the name of the outbox the pipeline reads.");
-	consumer_group = name_key(config, "consumer_group", consumer_group, "consumer group", "p_consumer_group",
-							  "The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
-							  "Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
+	outbox = RelayConfigNameKey(config, "outbox", outbox, "outbox", "p_outbox",
+								"The outbox is given by p_outbox; leave \"outbox\" out of the config or give the same name.",
+								"Give \"outbox\", the name of the outbox the pipeline reads.");
+	consumer_group = RelayConfigNameKey(config, "consumer_group", consumer_group, "consumer group",
+										"p_consumer_group",
+										"The consumer group is given by p_consumer_group; leave \"consumer_group\" out of the config or give the same name.",
+										"Give \"consumer_group\", the name of the consumer group the pipeline reads through.");
 	RelayConfigAddString(out, "outbox", outbox);
 	RelayConfigAddString(out, "consumer_group", consumer_group);
 
-	while (RelaySinkNameAt(n) != NULL)
-		n++;
-	sink_types = palloc(sizeof(char *) * (n + 1));
-	for (int i = 0; i < n; i++)
-		sink_types[i] = RelaySinkNameAt(i);
-	sink_types[n] = NULL;
-	sink_type = RelayConfigChoice(config, "sink_type", sink_types, NULL);
+	/*
+	 * A type this server knows passes as it is; anything else is refused
+	 * with the list of the types there are (a directory read: not for
+	 * every valid config).
+	 */
+	sink_type = RelayConfigString(config, "sink_type");
+	if (sink_type == NULL || !RelayEndpointIsKnown(RELAY_ENDPOINT_SINK, sink_type))
+		sink_type = RelayConfigChoice(config, "sink_type", RelayEndpointNames(RELAY_ENDPOINT_SINK), NULL);
 	/* a broker's sink is a module: loaded here, or refused with what to install */
 	sink = RelaySinkLoad(sink_type);
 
@@ -307,15 +326,16 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	if (!sink_takes(sink, "ordering"))
 		for (const char *const *k = ordering_keys; *k; k++)
 			if (cJSON_GetObjectItemCaseSensitive(config, *k) != NULL)
-				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: a %s pipeline delivers every message in id order.",
-										  sink->name),
-								 "config key \"%s\" is not for a %s pipeline", *k, sink->name);
+				RelayConfigError(psprintf("Leave \"ordering\" and \"ordering_key\" out: %s %s pipeline delivers every message in id order.",
+										  article(sink->name), sink->name),
+								 "config key \"%s\" is not for %s %s pipeline", *k, article(sink->name), sink->name);
 	RelayConfigCheckKeys(config, common_keys, sink->config_keys, "");
 	RelayConfigAddString(out, "sink_type", sink->name);
 	sink->validate(config, out);
 
 	if (sink_takes(sink, "batch_size"))
-		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000, 100));
+		RelayConfigAddInt(out, "batch_size", RelayConfigInt(config, "batch_size", "batch_size", 1, 1000,
+															sink->default_batch_size > 0 ? sink->default_batch_size : 100));
 	if (sink_takes(sink, "ordering"))
 	{
 		static const char *const orderings[] = {"relaxed", "strict", "key", NULL};
@@ -328,7 +348,7 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	attempt_log_config(config, sink, out);
 	alerts_config(config, out);
 	RelayConfigAddBool(out, "allow_other_consumers", RelayConfigBool(config, "allow_other_consumers", false));
-	/* whether a relaxed pipeline's batches overlap (worker.c's lease_ahead) */
+	/* whether a relaxed pipeline's batches overlap (flow_forward.c's lease_ahead) */
 	RelayConfigAddBool(out, "overlap_batches", RelayConfigBool(config, "overlap_batches", sink->sends_on_own_threads));
 	if (sink_takes(sink, "retry"))
 		retry_config(config, out);
@@ -336,8 +356,9 @@ normalize(const char *outbox, const char *consumer_group, Jsonb *jb,
 	pacing_config(config, out);
 }
 
+/* Checks that a config is a JSON object and normalises it with fn (see pipeline_config.h). */
 Jsonb *
-RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, Oid role)
+RelayNormalizeWith(Jsonb *jb, Oid role, const char *example, RelayNormalizer fn, void *arg)
 {
 	cJSON	   *volatile config = NULL;
 	cJSON	   *volatile out = NULL;
@@ -348,7 +369,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("pipeline config must not be null"),
-				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+				 errhint("Give a config such as %s.", example)));
 	if (!JB_ROOT_IS_OBJECT(jb))
 	{
 		JsonbValue	scalar;
@@ -360,7 +381,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pipeline config must be a JSON object, not %s", type),
-				 errhint("Give a config such as {\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}.")));
+				 errhint("Give a config such as %s.", example)));
 	}
 
 	/*
@@ -374,7 +395,7 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 		out = cJSON_CreateObject();
 		if (out == NULL)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
-		normalize(outbox, consumer_group, jb, config, out);
+		fn(arg, jb, config, out);
 		result = RelayConfigToJsonb(out);
 	}
 	PG_FINALLY();
@@ -385,6 +406,17 @@ RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, 
 	}
 	PG_END_TRY();
 	return result;
+}
+
+/* A forward pipeline's config as stored (see pipeline_config.h). */
+Jsonb *
+RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *jb, Oid role)
+{
+	ForwardNames names = {outbox, consumer_group};
+
+	return RelayNormalizeWith(jb, role,
+							  "{\"sink_type\": \"webhook\", \"url\": \"https://example.com/hooks\"}",
+							  normalize, &names);
 }
 
 /*
@@ -445,9 +477,11 @@ same_text(Datum a, bool a_null, Datum b, bool b_null)
 
 /*
  * tide._relay_config_check(): the BEFORE INSERT OR UPDATE trigger of
- * tide.relay_outbox_config. It stores the row's owner (row_owner) and
- * validates the row's name and config with the rights of the role that
- * writes it, storing the config normalised. The owner's rights, which are
+ * tide.relay_outbox_config and tide.relay_inbox_config (a reverse
+ * pipeline's config goes to reverse_config.c's validator). It stores the
+ * row's owner (row_owner) and validates the row's name and config with the
+ * rights of the role that writes it, storing the config normalised, and
+ * refuses a name the other direction has. The owner's rights, which are
  * never more than the writer's but for a superuser's row naming another
  * owner, are what the relay worker checks at every reading: a restore by
  * a superuser into a cluster where an owner has lost a right still
@@ -475,12 +509,14 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	int			ncols = 1;
+	bool		reverse;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		elog(ERROR, "tide._relay_config_check() must be a BEFORE INSERT OR UPDATE row trigger");
 	desc = RelationGetDescr(trigdata->tg_relation);
+	reverse = strcmp(RelationGetRelationName(trigdata->tg_relation), "relay_inbox_config") == 0;
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	name_col = SPI_fnumber(desc, "name");
 	config_col = SPI_fnumber(desc, "config");
@@ -518,7 +554,13 @@ tide_relay_config_check(PG_FUNCTION_ARGS)
 		ncols = 2;
 	}
 	cols[0] = config_col;
-	values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
-													GetUserId()));
+	if (reverse)
+		values[0] = JsonbPGetDatum(RelayNormalizeReverseConfig(NULL, isnull ? NULL : DatumGetJsonbP(config),
+															   GetUserId()));
+	else
+		values[0] = JsonbPGetDatum(RelayNormalizeConfig(NULL, NULL, isnull ? NULL : DatumGetJsonbP(config),
+														GetUserId()));
+	/* a pipeline's name is unique across both directions */
+	RelayCheckPipelineNameFree(TextDatumGetCString(name), reverse);
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, ncols, cols, values, nulls));
 }

@@ -26,4 +26,29 @@
 extern Jsonb *RelayNormalizeConfig(const char *outbox, const char *consumer_group, Jsonb *config,
 								   Oid role);
 
+/*
+ * What a validator of one direction's config does once the config is known
+ * to be an object: read `config` (jb is the same config as jsonb), add the
+ * normalised keys to `out`, raise an ERROR on bad input.
+ */
+typedef void (*RelayNormalizer) (void *arg, Jsonb *jb, const cJSON *config, cJSON *out);
+
+/*
+ * Checks that config is a JSON object (an ERROR whose hint gives `example`
+ * otherwise) and returns what fn makes of it, with the rights of `role`,
+ * freeing what it allocated on every way out.
+ */
+extern Jsonb *RelayNormalizeWith(Jsonb *config, Oid role, const char *example,
+								 RelayNormalizer fn, void *arg);
+
+/*
+ * A name the config holds under `key` (an outbox, consumer group, inbox):
+ * `given` by the caller's parameter `param` (the key must then agree, else
+ * mismatch_hint) or, given NULL, the key's string (missing_hint when
+ * absent), checked as a name of `kind`.
+ */
+extern const char *RelayConfigNameKey(const cJSON *config, const char *key, const char *given,
+									  const char *kind, const char *param,
+									  const char *mismatch_hint, const char *missing_hint);
+
 #endif							/* TIDE_PIPELINE_CONFIG_H */

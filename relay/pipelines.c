@@ -41,9 +41,11 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "endpoints/registry.h"
 #include "pg_tide.h"
 #include "pipeline_config.h"
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* The statements of every pass, planned once. */
 static SPIPlanPtr pipelines_plan = NULL;

@@ -4,7 +4,9 @@
  *		pipeline. A message's values (its payload, headers, ordering key, the
  *		answer to it) are data from a publisher or a receiver; should one of
  *		them make the record transaction fail (a value too large for an index
- *		or an array, a row a trigger refuses), the batch would be delivered
+ *		or an array, a row a trigger refuses, an inbox row that a sink of
+ *		this database writes in it and a CHECK of the inbox's table refuses:
+ *		sink.h's `store`), the batch would be delivered
  *		again and fail again, for ever, with every message behind it waiting.
  *
  * 1. The batch is recorded in one short transaction (lease.c's
@@ -32,7 +34,8 @@
 #include "utils/elog.h"
 #include "utils/memutils.h"
 
-#include "relay.h"
+#include "forward.h"
+#include "relay_xact.h"
 
 /* The error class of a message dead-lettered because its outcome could not be recorded. */
 #define RELAY_CLASS_RECORD "record"

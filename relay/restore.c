@@ -63,7 +63,8 @@
 #include "utils/lsyscache.h"
 
 #include "partitions.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* This session holds the restore lock. */
 static bool holds_restore_lock = false;

@@ -22,12 +22,28 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "relay_init.h"
+#include "relay_xact.h"
 
 int			SweepIntervalSecs = 60;
+
+/* Defines pg_tide.sweep_interval; called from _PG_init. */
+void
+RelayDefineRetentionGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.sweep_interval",
+							"How often each relay worker runs tide.outbox_sweep().",
+							"It deletes messages past their outbox's retention_hours that every "
+							"consumer group has passed; 0 leaves sweeping to the operator.",
+							&SweepIntervalSecs,
+							60, 0, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
 
 /* The last sweep stopped at its cap with more to do. */
 static bool sweep_more = false;

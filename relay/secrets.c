@@ -22,13 +22,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "relay.h"
+#include "lib/stringinfo.h"
+#include "utils/guc.h"
+
+#include "relay_init.h"
+#include "secrets.h"
 
 #define SECRET_REF_MARK '\x01'
 #define SECRET_ENV_PREFIX "PG_TIDE_"
 #define SECRET_FILE_MAX 65536
 
 char	   *RelaySecretsDirectory = NULL;
+
+/* Defines pg_tide.secrets_directory; called from _PG_init. */
+void
+RelayDefineSecretsGucs(void)
+{
+	DefineCustomStringVariable("pg_tide.secrets_directory",
+							   "The directory whose files pipelines may name as secrets.",
+							   "A pipeline's {\"file\": \"name\"} reads the file of that name directly "
+							   "inside this directory. Empty: file references are refused.",
+							   &RelaySecretsDirectory,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+}
 
 /* Whether name is a plain file name: no "/", not starting with ".". */
 static bool

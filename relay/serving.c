@@ -24,7 +24,8 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 PG_FUNCTION_INFO_V1(tide_relay_serving_state);
 

@@ -23,7 +23,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "relay.h"
+#include "relay_xact.h"
 
 /* A setting and the value the worker runs with. */
 typedef struct PinnedSetting

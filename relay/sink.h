@@ -3,8 +3,9 @@
  *		The interface between the relay's worker loop and its sinks, in the
  *		manner of PostgreSQL's FdwRoutine: each sink type is a table of
  *		callbacks (RelaySinkRoutine) that the loop calls through, and never
- *		names an implementation. A new sink is a file in relay/sinks/ and one
- *		line in relay/sinks/sinks.c; a broker's sink is a module of its own
+ *		names an implementation. A new sink is a folder,
+ *		relay/endpoints/<name>/, whose init symbol registers its routine
+ *		(relay/endpoints/registry.h); a broker's sink is a module of its own
  *		(relay/broker.h).
  *
  * A pipeline's life: `open` turns its config into the sink's own state
@@ -143,14 +144,25 @@ typedef struct RelaySinkRoutine
 {
 	const char *name;			/* sink_type in a pipeline's config */
 	const char *const *config_keys; /* the keys of the config it reads, NULL-ended */
+
+	/*
+	 * The keys whose values are secrets, NULL-ended (NULL: none): every
+	 * output of a config redacts them (relay/endpoints/redact.c). "a.b" is
+	 * member b of object a; "a.*" is each member of object a whose name
+	 * says it carries a credential (auth, token, secret, key, passw, ...),
+	 * or that is an object marked {"secret": true}.
+	 */
+	const char *const *secret_keys;
 	bool		log_failures_by_default;	/* "attempt_log" defaults to "failures":
 											 * the destination keeps what was
 											 * delivered (a broker) */
+	int			default_batch_size; /* "batch_size" when a config takes it and
+									 * gives none; 0: 100 */
 	bool		sends_on_own_threads;	/* its library sends and takes answers
 										 * on threads of its own (librdkafka,
 										 * nats.c), not in the worker's loop:
 										 * "overlap_batches" defaults to true
-										 * (worker.c's lease_ahead) */
+										 * (flow_forward.c's lease_ahead) */
 
 	/*
 	 * Reads the sink's keys of a user's config object; raises an ERROR
@@ -186,16 +198,23 @@ typedef struct RelaySinkRoutine
 
 	/* Ends a pipeline's state (no batch in flight); NULL: nothing to do. */
 	void		(*close) (void *state);
-} RelaySinkRoutine;
 
-/*
- * sinks/sinks.c: the routine of a sink type, loading a broker's module
- * (an ERROR, 42704, when it cannot be); the routine if it is built in or
- * already loaded, else NULL; the i-th type's name, from 0.
- */
-extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLoad(const char *name);
-extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLookup(const char *name);
-extern PGDLLEXPORT const char *RelaySinkNameAt(int i);
+	/*
+	 * Optional: for a sink whose destination is this database (an inbox),
+	 * whose `start` and `progress` send nothing and whose `outcomes` report
+	 * messages delivered. Writes those delivered messages that the record
+	 * settles (nmsgs of them, in id order) inside the transaction that
+	 * records the batch, before the pipeline's offset moves over them, so
+	 * that they and the offset commit together or not at all. Runs with
+	 * SPI connected and a snapshot; may raise an ERROR, which undoes the
+	 * record: the batch is then recorded message by message and a message
+	 * that cannot be written alone is dead-lettered with error class
+	 * "record" (record_each.c), while an ERROR of an environmental class (a
+	 * missing destination, 55000) holds the pipeline. NULL: `start` and
+	 * `progress` deliver.
+	 */
+	void		(*store) (void *state, const char *pipeline, const RelayMessage *msgs, int nmsgs);
+} RelaySinkRoutine;
 
 /* Sets one message's failure. */
 static inline void

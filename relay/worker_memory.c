@@ -29,7 +29,7 @@
 
 #include "utils/timestamp.h"
 
-#include "relay.h"
+#include "relay_xact.h"
 
 /* How long the worker is idle before it gives back what it freed. */
 #define RELAY_IDLE_TRIM_MS	1000

@@ -41,7 +41,8 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "relay.h"
+#include "launcher.h"
+#include "relay_xact.h"
 
 /* A reload was taken since the database and role settings were last applied. */
 static bool database_settings_stale = false;

@@ -23,6 +23,13 @@
  * on in a new transaction: beyond that many subtransaction ids, every
  * snapshot taken in the cluster while the group is open would have to look
  * them up in pg_subtrans.
+ *
+ * A short transaction can ask for callbacks to run once it is durable
+ * (RelayAfterCommit, flow.h: a source's acknowledgement). They run after
+ * the commit of its transaction (in a group: the group's), with no
+ * transaction open, in the order they were asked for; a short transaction
+ * undone (RelayAbortShortXact) or a transaction aborted discards the ones
+ * it asked for, so nothing runs for what was not committed.
  */
 #include "postgres.h"
 
@@ -33,10 +40,13 @@
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "relay.h"
+#include "flow.h"
+#include "flow.h"
+#include "relay_xact.h"
 
 /* A group is open: short transactions are subtransactions of its transaction. */
 static bool group_open = false;
@@ -46,6 +56,106 @@ static bool group_started = false;
 static int	group_level = 0;
 /* Short transactions ended in the group's transaction so far. */
 static int	group_members = 0;
+
+/* A callback to run once the transaction that asked for it has committed. */
+typedef struct AfterCommit
+{
+	RelayAfterCommitFn fn;
+	void	   *arg;
+	bool		kept;			/* its short transaction ended: only an abort
+								 * of the whole transaction discards it */
+} AfterCommit;
+
+/* The callbacks asked for in the open transaction, in order. */
+static List *after_commit = NIL;
+/* Where they and their arguments live until they ran or were discarded. */
+static MemoryContext after_commit_cxt = NULL;
+
+/* The memory that lives until the after-commit callbacks ran or were discarded. */
+MemoryContext
+RelayAfterCommitContext(void)
+{
+	if (after_commit_cxt == NULL)
+		after_commit_cxt = AllocSetContextCreate(TopMemoryContext, "pg_tide relay after commit",
+												 ALLOCSET_SMALL_SIZES);
+	return after_commit_cxt;
+}
+
+/* Runs fn(arg) once the open short transaction has committed (flow.h). */
+void
+RelayAfterCommit(RelayAfterCommitFn fn, void *arg)
+{
+	AfterCommit *a = MemoryContextAllocZero(RelayAfterCommitContext(), sizeof(AfterCommit));
+	MemoryContext old = MemoryContextSwitchTo(RelayAfterCommitContext());
+
+	a->fn = fn;
+	a->arg = arg;
+	after_commit = lappend(after_commit, a);
+	MemoryContextSwitchTo(old);
+}
+
+/* The short transaction ended: its callbacks wait for its transaction's commit. */
+static void
+keep_after_commit(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, after_commit)
+		((AfterCommit *) lfirst(lc))->kept = true;
+}
+
+/*
+ * Discards the callbacks that a short transaction being undone asked for
+ * (every one when `all`: the whole transaction is aborted).
+ */
+static void
+discard_after_commit(bool all)
+{
+	List	   *keep = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (after_commit == NIL)
+		return;
+	if (all)
+	{
+		after_commit = NIL;
+		MemoryContextReset(after_commit_cxt);
+		return;
+	}
+	old = MemoryContextSwitchTo(after_commit_cxt);
+	foreach(lc, after_commit)
+		if (((AfterCommit *) lfirst(lc))->kept)
+			keep = lappend(keep, lfirst(lc));
+	after_commit = keep;
+	MemoryContextSwitchTo(old);
+}
+
+/* The worker aborted its transaction after an ERROR: nothing of it runs. */
+void
+RelayAfterCommitAborted(void)
+{
+	discard_after_commit(true);
+}
+
+/* Runs the callbacks of a transaction that has just committed, then forgets them. */
+static void
+run_after_commit(void)
+{
+	List	   *run = after_commit;
+	ListCell   *lc;
+
+	if (run == NIL)
+		return;
+	after_commit = NIL;
+	foreach(lc, run)
+	{
+		AfterCommit *a = lfirst(lc);
+
+		a->fn(a->arg);
+	}
+	MemoryContextReset(after_commit_cxt);
+}
 
 /* Commits the group's transaction; the caller's memory context is kept. */
 static void
@@ -58,6 +168,7 @@ commit_group(void)
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(cxt);
+	run_after_commit();
 }
 
 /*
@@ -146,6 +257,7 @@ RelayEndShortXact(MemoryContext cxt)
 	if (group_open && group_started)
 	{
 		ReleaseCurrentSubTransaction();
+		keep_after_commit();
 		/* the next short transaction of the group starts a new one */
 		if (++group_members >= PGPROC_MAX_CACHED_SUBXIDS)
 		{
@@ -159,6 +271,8 @@ RelayEndShortXact(MemoryContext cxt)
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(cxt);
+	keep_after_commit();
+	run_after_commit();
 }
 
 /*
@@ -175,8 +289,10 @@ RelayAbortShortXact(void)
 	{
 		while (GetCurrentTransactionNestLevel() > group_level)
 			RollbackAndReleaseCurrentSubTransaction();
+		discard_after_commit(false);
 		return;
 	}
+	discard_after_commit(true);
 	AbortCurrentTransaction();
 	RelayExtensionLockAborted();
 }

@@ -43,6 +43,11 @@ SELECT g.group_name,
 COMMENT ON VIEW tide.consumer_lag
 	IS 'per consumer group: committed position, newest message id, messages still to read; a role that is not a reader sees the groups it may consume from';
 
+-- Both directions' pipelines: a forward pipeline's position is its
+-- consumer group's row of relay_consumer_offsets, a reverse one's the row of
+-- relay_group_id 'reverse' and its inbox (the source's position in
+-- source_position, last_change_id mirroring a numeric one). Lag is an
+-- outbox's: a reverse pipeline has none here.
 CREATE OR REPLACE VIEW tide.relay_pipeline_lag AS
 SELECT c.name AS pipeline,
 	   c.config ->> 'outbox' AS outbox,
@@ -50,19 +55,28 @@ SELECT c.name AS pipeline,
 	   coalesce(o.last_change_id, 0) AS delivered_upto,
 	   (SELECT max(m.id) FROM tide.tide_outbox_messages m
 		 WHERE m.outbox_name = c.config ->> 'outbox') AS newest_id,
-	   (SELECT count(*) FROM tide.tide_outbox_messages m
-		 WHERE m.outbox_name = c.config ->> 'outbox'
-		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_messages,
+	   CASE WHEN c.direction = 'forward' THEN
+		   (SELECT count(*) FROM tide.tide_outbox_messages m
+			 WHERE m.outbox_name = c.config ->> 'outbox'
+			   AND m.id > coalesce(o.last_change_id, 0)) END AS lag_messages,
 	   (SELECT now() - min(m.created_at) FROM tide.tide_outbox_messages m
 		 WHERE m.outbox_name = c.config ->> 'outbox'
-		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_age
-  FROM tide.relay_outbox_config c
+		   AND m.id > coalesce(o.last_change_id, 0)) AS lag_age,
+	   c.direction,
+	   c.config ->> 'inbox' AS inbox,
+	   o.source_position
+  FROM (SELECT f.name, f.config, 'forward' AS direction FROM tide.relay_outbox_config f
+		UNION ALL
+		SELECT r.name, r.config, 'reverse' FROM tide.relay_inbox_config r) c
   LEFT JOIN tide.relay_consumer_offsets o
-		 ON o.pipeline_id = c.name AND o.relay_group_id = c.config ->> 'consumer_group'
-		AND o.outbox_name = c.config ->> 'outbox';
+		 ON o.pipeline_id = c.name
+		AND o.relay_group_id = CASE c.direction WHEN 'forward' THEN c.config ->> 'consumer_group'
+											   ELSE 'reverse' END
+		AND o.outbox_name = CASE c.direction WHEN 'forward' THEN c.config ->> 'outbox'
+											ELSE c.config ->> 'inbox' END;
 
 COMMENT ON VIEW tide.relay_pipeline_lag
-	IS 'per pipeline: the offset it has delivered up to, the newest message, and how many messages (and how old the oldest) wait';
+	IS 'per pipeline: the offset it has delivered up to, the newest message, and how many messages (and how old the oldest) wait; a reverse pipeline''s inbox and source position';
 
 -- One state per pipeline in "health", the first that holds of (each
 -- explains the ones after it):
@@ -80,6 +94,9 @@ COMMENT ON VIEW tide.relay_pipeline_lag
 -- "reason" says why for every state but disabled and healthy, and
 -- next_attempt_at when the worker tries again: the end of the hold, else
 -- the retry queue's first due message; null while disabled or stopped.
+-- Both directions: a reverse pipeline (direction 'reverse') shows its
+-- inbox, source type and source position, and its health from the same
+-- relay_pipeline_health row, keyed by the name (unique across both).
 CREATE OR REPLACE VIEW tide.relay_pipeline_status AS
 SELECT c.name AS pipeline,
 	   c.enabled,
@@ -139,14 +156,20 @@ SELECT c.name AS pipeline,
 	   coalesce(h.failed_by_class, '{}') AS failed_by_class,
 	   coalesce(h.retried, 0) AS retried,
 	   coalesce(h.dead_lettered, 0) AS dead_lettered,
-	   h.counted_since
-  FROM tide.relay_outbox_config c
+	   h.counted_since,
+	   l.direction,
+	   l.inbox,
+	   c.config ->> 'source_type' AS source_type,
+	   l.source_position
+  FROM (SELECT f.name, f.enabled, f.config FROM tide.relay_outbox_config f
+		UNION ALL
+		SELECT r.name, r.enabled, r.config FROM tide.relay_inbox_config r) c
   JOIN tide.relay_pipeline_lag l ON l.pipeline = c.name
  CROSS JOIN tide._relay_serving_state() s
   LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
 
 COMMENT ON VIEW tide.relay_pipeline_status
-	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute; the counters since counted_since: delivered, failed attempts (by class), retried, dead-lettered';
+	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute; the counters since counted_since: delivered, failed attempts (by class), retried, dead-lettered; its direction, and a reverse pipeline''s inbox, source type and source position';
 
 -- The attempt log and the dead letters for a tide_reader: what happened,
 -- without what a message or an answer held (payload, headers, the answer's

@@ -84,7 +84,12 @@ _PG_init(void)
 	TideDefineConsumerGucs();
 	TideDefineLimitGucs();
 	TideDefinePartitionGucs();
-	RelayDefineGucs();
+	RelayDefineLauncherGucs();
+	RelayDefineUnitsGucs();
+	RelayDefineAttemptLogGucs();
+	RelayDefineSecretsGucs();
+	RelayDefineRetentionGucs();
+	RelayDefineWebhookGucs();
 	MarkGUCPrefixReserved("pg_tide");
 
 	prev_shmem_request_hook = shmem_request_hook;

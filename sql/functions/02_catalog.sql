@@ -26,7 +26,8 @@ COMMENT ON FUNCTION tide._relay_check_worker_slots()
 REVOKE ALL ON FUNCTION tide._relay_check_worker_slots() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_check_worker_slots() TO tide_admin;
 
--- A changed pipeline is announced on channel tide_relay_config, and the
+-- A changed pipeline, forward (relay_outbox_config) or reverse
+-- (relay_inbox_config), is announced on channel tide_relay_config, and the
 -- relay worker acts on it at commit.
 CREATE OR REPLACE FUNCTION tide._relay_config_notify()
 RETURNS trigger
@@ -37,24 +38,22 @@ BEGIN
 					  json_build_object('table', TG_TABLE_NAME,
 										'op', TG_OP,
 										'name', CASE WHEN TG_OP = 'DELETE' THEN OLD.name ELSE NEW.name END)::text);
-	IF TG_TABLE_NAME = 'relay_outbox_config' THEN
-		PERFORM tide._relay_wake_worker();
-		-- A pipeline that is to deliver: a WARNING now if no worker can serve it.
-		IF TG_OP <> 'DELETE' AND NEW.enabled THEN
-			PERFORM tide._relay_check_worker_slots();
-		END IF;
-		IF TG_OP = 'UPDATE' AND OLD.enabled IS DISTINCT FROM NEW.enabled THEN
-			PERFORM tide._relay_operator_event(
-				CASE WHEN NEW.enabled THEN 'pipeline.enabled' ELSE 'pipeline.disabled' END,
-				NEW.name,
-				jsonb_build_object('consecutive_failures',
-					(SELECT consecutive_failures FROM tide.relay_pipeline_health
-					  WHERE pipeline_id = NEW.name)));
-			-- Enabled again: the failures before do not count toward the threshold.
-			IF NEW.enabled THEN
-				UPDATE tide.relay_pipeline_health SET consecutive_failures = 0
-				 WHERE pipeline_id = NEW.name;
-			END IF;
+	PERFORM tide._relay_wake_worker();
+	-- A pipeline that is to run: a WARNING now if no worker can serve it.
+	IF TG_OP <> 'DELETE' AND NEW.enabled THEN
+		PERFORM tide._relay_check_worker_slots();
+	END IF;
+	IF TG_OP = 'UPDATE' AND OLD.enabled IS DISTINCT FROM NEW.enabled THEN
+		PERFORM tide._relay_operator_event(
+			CASE WHEN NEW.enabled THEN 'pipeline.enabled' ELSE 'pipeline.disabled' END,
+			NEW.name,
+			jsonb_build_object('consecutive_failures',
+				(SELECT consecutive_failures FROM tide.relay_pipeline_health
+				  WHERE pipeline_id = NEW.name)));
+		-- Enabled again: the failures before do not count toward the threshold.
+		IF NEW.enabled THEN
+			UPDATE tide.relay_pipeline_health SET consecutive_failures = 0
+			 WHERE pipeline_id = NEW.name;
 		END IF;
 	END IF;
 	RETURN NULL;

@@ -3,8 +3,11 @@
 -- config jsonb holds the outbox, the consumer group it reads through and the
 -- sink's settings, validated and completed with defaults whenever a row is
 -- written (relay/pipeline_config.c; see docs/relay.md#pipelines). The relay
--- delivers webhook and file pipelines (relay/sink_webhook.c,
--- relay/sink_file.c).
+-- delivers them through the sinks of relay/endpoints/. A reverse pipeline (source -> inbox) is a row of
+-- relay_inbox_config, validated the same way (relay/reverse_config.c).
+-- A name is unique across both directions (relay/pipeline_names.c), so
+-- relay_enable, relay_disable, relay_delete, relay_get_config and
+-- relay_list_configs serve both.
 -- ---------------------------------------------------------------------------
 
 -- Validates a pipeline config and returns it as stored: every default
@@ -21,65 +24,52 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_normalize_config(text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_normalize_config(text,text,jsonb) TO tide_admin;
 
--- Whether a header's value is a secret by the header's name alone: the
--- headers that carry credentials (Authorization, Proxy-Authorization,
--- Cookie, Set-Cookie, X-Api-Key, X-Auth-Token, X-Session-Id,
--- X-Hub-Signature, ...), that is any name that contains auth, cookie,
--- token, secret, key, passw (password, passwd), pwd, credential, session,
--- signature or jwt, in any case. The one place of this rule: every output
--- that shows a config redacts through tide._relay_redact, which asks here.
-CREATE OR REPLACE FUNCTION tide._relay_secret_header(p_name text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-RETURN pg_catalog.lower(p_name)
-	   OPERATOR(pg_catalog.~) '(auth|cookie|token|secret|key|passw|pwd|credential|session|signature|jwt)';
-COMMENT ON FUNCTION tide._relay_secret_header(text)
-	IS 'internal: whether a header of this name carries a credential, so that its value is redacted';
-REVOKE ALL ON FUNCTION tide._relay_secret_header(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_secret_header(text) TO tide_admin;
+-- Validates a reverse pipeline's config and returns it as stored: every
+-- default filled in, inbox included (relay/reverse_config.c, the one
+-- validator: relay_set_inbox, the trigger on relay_inbox_config and the
+-- relay worker run it). NULL p_inbox takes the config's key.
+CREATE OR REPLACE FUNCTION tide._relay_normalize_reverse_config(p_inbox text, p_config jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'tide_relay_normalize_reverse_config'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._relay_normalize_reverse_config(text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_normalize_reverse_config(text,jsonb) TO tide_admin;
 
--- The config with secrets replaced by "********": signing_secret, the
--- values of headers marked {"secret": true}, the values of headers
--- whose name says they carry a credential (tide._relay_secret_header),
--- and the string members of a broker's "auth" object whose name says so
--- (password, token, ...).
--- References to secrets ({"env": ...}, {"file": ...}) are shown: they are
--- names, not secrets.
+-- Refuses (23505) a pipeline name that the other direction already has:
+-- p_reverse true for a name relay_inbox_config is to hold. It waits for a
+-- transaction creating the same name (relay/pipeline_names.c).
+CREATE OR REPLACE FUNCTION tide._relay_check_pipeline_name(p_name text, p_reverse boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_relay_check_pipeline_name'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._relay_check_pipeline_name(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_check_pipeline_name(text,boolean) TO tide_admin;
+
+-- A reverse pipeline's config with the secrets its source type declares
+-- shown as ********; when no endpoint on this server provides the type,
+-- every string but inbox and source_type (relay/endpoints/redact.c).
+CREATE OR REPLACE FUNCTION tide._relay_redact_source(p_config jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'tide_relay_redact_source'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._relay_redact_source(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_redact_source(jsonb) TO tide_admin;
+
+-- The config with its secrets replaced by "********": the keys that the
+-- routine of its sink type declares, such as a webhook's
+-- signing_secret and the headers whose name says they carry a credential
+-- or that are marked {"secret": true}, or a broker's "auth" members
+-- (relay/endpoints/redact.c). A type whose module cannot be loaded is
+-- redacted conservatively. References to secrets ({"env": ...},
+-- {"file": ...}) are shown: they are names, not secrets. STABLE: the
+-- result depends on the modules installed.
 CREATE OR REPLACE FUNCTION tide._relay_redact(p_config jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$
-	SELECT p_config
-		|| CASE WHEN p_config ? 'signing_secret' THEN
-				jsonb_build_object('signing_secret',
-					CASE WHEN jsonb_typeof(p_config -> 'signing_secret') = 'array'
-						 THEN (SELECT jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e
-													 ELSE '"********"' END ORDER BY n)
-								 FROM jsonb_array_elements(p_config -> 'signing_secret') WITH ORDINALITY AS a (e, n))
-						 WHEN jsonb_typeof(p_config -> 'signing_secret') = 'object'
-						 THEN p_config -> 'signing_secret'
-						 ELSE '"********"' END)
-		   ELSE '{}' END
-		|| CASE WHEN jsonb_typeof(p_config -> 'headers') = 'object' THEN
-				jsonb_build_object('headers', coalesce((
-					SELECT jsonb_object_agg(key,
-							CASE WHEN jsonb_typeof(value) = 'object' AND value ? 'value'
-									  AND (value -> 'secret' = 'true' OR tide._relay_secret_header(key))
-								 THEN value || '{"value": "********"}'
-								 WHEN jsonb_typeof(value) = 'object' THEN value
-								 WHEN tide._relay_secret_header(key)
-								 THEN '"********"' ELSE value END)
-					  FROM jsonb_each(p_config -> 'headers')), '{}'))
-		   ELSE '{}' END
-		|| CASE WHEN jsonb_typeof(p_config -> 'auth') = 'object' THEN
-				jsonb_build_object('auth', coalesce((
-					SELECT jsonb_object_agg(key,
-							CASE WHEN jsonb_typeof(value) = 'string' AND tide._relay_secret_header(key)
-								 THEN '"********"' ELSE value END)
-					  FROM jsonb_each(p_config -> 'auth')), '{}'))
-		   ELSE '{}' END
-$$
+AS 'MODULE_PATHNAME', 'tide_relay_redact'
+LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_redact(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_redact(jsonb) TO tide_admin;
@@ -116,6 +106,7 @@ DECLARE
 	other text;
 BEGIN
 	PERFORM tide._check_name('pipeline', p_name);
+	PERFORM tide._relay_check_pipeline_name(p_name, false);
 	PERFORM tide._check_name('consumer group', p_consumer_group);
 	PERFORM tide._outbox_config(p_outbox);
 
@@ -166,7 +157,45 @@ COMMENT ON FUNCTION tide.relay_set_outbox(text, text, text, jsonb)
 REVOKE ALL ON FUNCTION tide.relay_set_outbox(text,text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_set_outbox(text,text,text,jsonb) TO tide_admin;
 
--- Sets a pipeline's enabled flag; an unchanged flag writes nothing.
+CREATE OR REPLACE FUNCTION tide.relay_set_inbox(p_name text, p_inbox text, p_config jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	cfg jsonb;
+	old_type text;
+BEGIN
+	PERFORM tide._check_name('pipeline', p_name);
+	PERFORM tide._relay_check_pipeline_name(p_name, true);
+	PERFORM tide._inbox_config(p_inbox);
+
+	-- Validated and completed with defaults in C (relay/reverse_config.c);
+	-- the row's trigger checks it again as it is written.
+	cfg := tide._relay_normalize_reverse_config(p_inbox, p_config);
+
+	SELECT config ->> 'source_type' INTO old_type FROM tide.relay_inbox_config
+	 WHERE name = p_name FOR UPDATE;
+	-- The caller owns the pipeline, as relay_set_outbox's caller does.
+	INSERT INTO tide.relay_inbox_config AS c (name, config, owner)
+	VALUES (p_name, cfg, current_user)
+	ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, owner = EXCLUDED.owner
+	 WHERE c.config IS DISTINCT FROM EXCLUDED.config OR c.owner IS DISTINCT FROM EXCLUDED.owner;
+	-- A position kept for another inbox or another type of source no
+	-- longer applies.
+	DELETE FROM tide.relay_consumer_offsets
+	 WHERE pipeline_id = p_name
+	   AND ((relay_group_id, outbox_name) IS DISTINCT FROM ('reverse', p_inbox)
+			OR old_type IS DISTINCT FROM cfg ->> 'source_type');
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.relay_set_inbox(text, text, jsonb)
+	IS 'creates or replaces a reverse pipeline from a source to an inbox';
+REVOKE ALL ON FUNCTION tide.relay_set_inbox(text,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.relay_set_inbox(text,text,jsonb) TO tide_admin;
+
+-- Sets a pipeline's enabled flag, forward or reverse; an unchanged flag
+-- writes nothing.
 CREATE OR REPLACE FUNCTION tide._relay_set_enabled(p_name text, p_enabled boolean)
 RETURNS void
 LANGUAGE plpgsql
@@ -174,6 +203,13 @@ AS $$
 DECLARE
 	p tide.relay_outbox_config;
 BEGIN
+	PERFORM tide._check_name('pipeline', p_name);
+	PERFORM FROM tide.relay_inbox_config WHERE name = p_name FOR UPDATE;
+	IF FOUND THEN
+		UPDATE tide.relay_inbox_config SET enabled = p_enabled
+		 WHERE name = p_name AND enabled IS DISTINCT FROM p_enabled;
+		RETURN;
+	END IF;
 	p := tide._relay_pipeline(p_name);
 	UPDATE tide.relay_outbox_config SET enabled = p_enabled
 	 WHERE name = p_name AND enabled IS DISTINCT FROM p_enabled;
@@ -194,7 +230,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
 	SELECT tide._relay_set_enabled(p_name, true);
 END;
-COMMENT ON FUNCTION tide.relay_enable(text) IS 'lets the relay deliver through a pipeline again';
+COMMENT ON FUNCTION tide.relay_enable(text) IS 'lets the relay run a pipeline, forward or reverse, again';
 REVOKE ALL ON FUNCTION tide.relay_enable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_enable(text) TO tide_admin;
 
@@ -206,7 +242,7 @@ BEGIN ATOMIC
 	SELECT tide._relay_set_enabled(p_name, false);
 END;
 COMMENT ON FUNCTION tide.relay_disable(text)
-	IS 'stops the relay delivering through a pipeline; its position is kept';
+	IS 'stops the relay running a pipeline, forward or reverse; its position is kept';
 REVOKE ALL ON FUNCTION tide.relay_disable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_disable(text) TO tide_admin;
 
@@ -218,6 +254,14 @@ DECLARE
 	p tide.relay_outbox_config;
 BEGIN
 	PERFORM tide._check_flag('p_keep_group', p_keep_group);
+	PERFORM tide._check_name('pipeline', p_name);
+	-- A reverse pipeline has its position, health and counters; no group.
+	DELETE FROM tide.relay_inbox_config WHERE name = p_name;
+	IF FOUND THEN
+		DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
+		DELETE FROM tide.relay_pipeline_health WHERE pipeline_id = p_name;
+		RETURN;
+	END IF;
 	p := tide._relay_pipeline(p_name);
 	DELETE FROM tide.relay_outbox_config WHERE name = p_name;
 	DELETE FROM tide.relay_consumer_offsets WHERE pipeline_id = p_name;
@@ -244,7 +288,7 @@ END
 $$
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION tide.relay_delete(text, boolean)
-	IS 'deletes a forward pipeline, its retry queue and, unless p_keep_group, its consumer group; its dead letters are kept';
+	IS 'deletes a pipeline: a forward one with its retry queue and, unless p_keep_group, its consumer group (its dead letters are kept); a reverse one with its source position';
 REVOKE ALL ON FUNCTION tide.relay_delete(text,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_delete(text,boolean) TO tide_admin;
 
@@ -256,6 +300,10 @@ DECLARE
 	cfg jsonb;
 BEGIN
 	PERFORM tide._check_name('pipeline', p_name);
+	SELECT tide._relay_redact_source(config) INTO cfg FROM tide.relay_inbox_config WHERE name = p_name;
+	IF FOUND THEN
+		RETURN cfg;
+	END IF;
 	SELECT config INTO cfg FROM tide.relay_outbox_config WHERE name = p_name;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'pipeline "%" does not exist', p_name
@@ -267,21 +315,26 @@ END
 $$
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION tide.relay_get_config(text)
-	IS 'a pipeline''s effective config, defaults filled in, secrets shown as ********';
+	IS 'a pipeline''s effective config, forward or reverse, defaults filled in, secrets shown as ********';
 REVOKE ALL ON FUNCTION tide.relay_get_config(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_get_config(text) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.relay_list_configs()
-RETURNS TABLE (pipeline text, enabled boolean, outbox text, consumer_group text, sink_type text, config jsonb)
+RETURNS TABLE (pipeline text, enabled boolean, outbox text, consumer_group text, sink_type text, config jsonb,
+			   direction text, inbox text, source_type text)
 LANGUAGE sql STABLE
 AS $$
 	SELECT c.name, c.enabled, c.config ->> 'outbox', c.config ->> 'consumer_group',
-		   c.config ->> 'sink_type', tide._relay_redact(c.config)
+		   c.config ->> 'sink_type', tide._relay_redact(c.config), 'forward', c.config ->> 'inbox', NULL
 	  FROM tide.relay_outbox_config c
-	 ORDER BY c.name
+	UNION ALL
+	SELECT r.name, r.enabled, NULL, NULL, NULL, tide._relay_redact_source(r.config), 'reverse',
+		   r.config ->> 'inbox', r.config ->> 'source_type'
+	  FROM tide.relay_inbox_config r
+	 ORDER BY 1
 $$
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION tide.relay_list_configs()
-	IS 'every forward pipeline with its outbox, consumer group, sink type and config, secrets shown as ********';
+	IS 'every pipeline, forward (outbox, consumer group, sink type) and reverse (inbox, source type), with its config, secrets shown as ********';
 REVOKE ALL ON FUNCTION tide.relay_list_configs() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.relay_list_configs() TO tide_admin;

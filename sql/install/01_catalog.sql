@@ -134,10 +134,13 @@ CREATE TABLE tide.relay_outbox_config (
 
 COMMENT ON TABLE tide.relay_outbox_config IS 'Forward relay pipeline definitions (outbox to sink)';
 
+-- owner: as relay_outbox_config's, the role that last set the pipeline,
+-- whose rights the server files its config names are checked with.
 CREATE TABLE tide.relay_inbox_config (
 	name		text PRIMARY KEY,
 	enabled		boolean NOT NULL DEFAULT true,
-	config		jsonb NOT NULL
+	config		jsonb NOT NULL,
+	owner		text
 );
 
 COMMENT ON TABLE tide.relay_inbox_config IS 'Reverse relay pipeline definitions (source to inbox)';
@@ -148,10 +151,14 @@ CREATE TABLE tide.relay_consumer_offsets (
 	outbox_name		text NOT NULL,
 	last_change_id	bigint NOT NULL DEFAULT 0,
 	updated_at		timestamptz NOT NULL DEFAULT now(),
+	source_position	jsonb,
 	PRIMARY KEY (relay_group_id, pipeline_id, outbox_name)
 );
 
 COMMENT ON TABLE tide.relay_consumer_offsets IS 'Durable per-pipeline delivery offset';
+-- A reverse pipeline's row: relay_group_id 'reverse', outbox_name its inbox.
+COMMENT ON COLUMN tide.relay_consumer_offsets.source_position
+	IS 'a reverse pipeline''s position in its source, in the form its source type needs; NULL for a forward pipeline';
 
 -- A message whose delivery failed by its own answer waits here for its next
 -- attempt (relay/worker.c), with a copy of the message, so the pipeline's

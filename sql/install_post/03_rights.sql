@@ -13,3 +13,7 @@ CREATE TRIGGER relay_outbox_config_rights_changed
 CREATE TRIGGER relay_outbox_config_check
 	BEFORE INSERT OR UPDATE ON tide.relay_outbox_config
 	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();
+
+CREATE TRIGGER relay_inbox_config_check
+	BEFORE INSERT OR UPDATE ON tide.relay_inbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();

@@ -11,6 +11,11 @@ CREATE TRIGGER tide_outbox_config_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.tide_outbox_config
 	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
 
+-- Every row of relay_inbox_config is validated as it is written.
+CREATE TRIGGER relay_inbox_config_check
+	BEFORE INSERT OR UPDATE ON tide.relay_inbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();
+
 -- Inbox handlers (sql/install_post/01_catalog.sql).
 CREATE TRIGGER relay_inbox_handlers_check
 	BEFORE INSERT OR UPDATE ON tide.relay_inbox_handlers

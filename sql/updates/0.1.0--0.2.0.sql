@@ -33,6 +33,10 @@ DROP FUNCTION tide._relay_number_text(numeric);
 DROP FUNCTION tide._relay_check_type(text, jsonb, text, text);
 DROP FUNCTION tide._relay_bad_config(text, text);
 
+-- A config is redacted in C from the secret keys each sink declares
+-- (relay/endpoints/redact.c): the rule on header names lives there now.
+DROP FUNCTION tide._relay_secret_header(text);
+
 -- What only the relay worker knows, for relay_pipeline_status: its hold of
 -- a pipeline and the ERROR that ended the pipeline's last turn
 -- (relay/pipeline_state.c).
@@ -139,6 +143,23 @@ COMMENT ON TABLE tide.relay_pipeline_health
 	IS 'Per pipeline: consecutive failed attempts, last success, last failure and its error, the worker''s hold and the error that ended its last turn, and its delivery counters';
 
 DROP FUNCTION tide._relay_after_batch(text, integer, integer, integer, text, text, bigint[], text, integer);
+
+-- Reverse pipelines (source -> inbox) are set with tide.relay_set_inbox and
+-- validated in C as forward ones are (relay/reverse_config.c): a row of
+-- relay_inbox_config records its owner as relay_outbox_config does. A row
+-- that 0.1.0 accepted unchecked keeps its config: the relay worker checks
+-- every row it reads and passes over one it refuses, saying why.
+ALTER TABLE tide.relay_inbox_config ADD COLUMN owner text;
+UPDATE tide.relay_inbox_config
+   SET owner = (SELECT r.rolname FROM pg_catalog.pg_extension e
+				  JOIN pg_catalog.pg_roles r ON r.oid = e.extowner
+				 WHERE e.extname = 'pg_tide');
+
+-- A reverse pipeline's position in its source, whatever form the source
+-- needs (a remote outbox id, offsets per partition, a stream id).
+ALTER TABLE tide.relay_consumer_offsets ADD COLUMN source_position jsonb;
+COMMENT ON COLUMN tide.relay_consumer_offsets.source_position
+	IS 'a reverse pipeline''s position in its source, in the form its source type needs; NULL for a forward pipeline';
 
 -- Inbox handlers (sql/install/02_inbox.sql): the function the relay runs on
 -- an inbox's pending events, and what it did with it.

@@ -45,7 +45,7 @@ SELECT tide.relay_get_config('rc_one') -> 'signing_secret' AS secret,
 	   tide.relay_get_config('rc_one') -> 'headers' AS headers;
 
 -- every header that commonly carries a credential is redacted by its name
--- alone (tide._relay_secret_header, in any case, {"secret": false} or not);
+-- alone (relay/endpoints/redact.c, in any case, {"secret": false} or not);
 -- ordinary headers are shown; relay_list_configs redacts the same
 BEGIN;
 SELECT tide.relay_set_outbox('rc_creds', 'rc_payments', 'rc_creds_group', $${

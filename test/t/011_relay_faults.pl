@@ -28,7 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until exited);
 use PgTide::Receiver;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64);
@@ -171,19 +171,6 @@ sub passes
 {
 	return $node->safe_psql('postgres',
 		"SELECT passes FROM tide.relay_workers() WHERE database = 'postgres'");
-}
-
-# Whether a process has exited: gone, or a zombie (an orphan of the killed
-# postmaster stays one until whoever inherited it reaps it, which in a
-# container can take seconds).
-sub exited
-{
-	my ($pid) = @_;
-	return 1 unless kill(0, $pid);
-	open(my $fh, '<', "/proc/$pid/stat") or return 1;
-	my $stat = <$fh>;
-	close $fh;
-	return defined $stat && $stat =~ /^\d+ \(.*\) Z /;
 }
 
 # The pipeline's durable offset (0 when none).

@@ -20,10 +20,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until installation_copy);
 use PgTide::KafkaMock;
-use File::Basename qw(dirname);
-use File::Path qw(make_path);
 use JSON::PP;
 
 my $json = JSON::PP->new->canonical;
@@ -210,28 +208,10 @@ is(sql("SELECT count(*) FROM tide.relay_attempts WHERE pipeline_id = 'to_kafka' 
 # 5. A server without pg_tide_kafka.so: pg_tide runs, a kafka pipeline is
 # refused with 42704 and the package to install. Its installation is a
 # copy of this one without the module.
-my $bindir = `pg_config --bindir`;
-chomp $bindir;
-my $sharedir = `pg_config --sharedir`;
-chomp $sharedir;
-my $pkglibdir = `pg_config --pkglibdir`;
-chomp $pkglibdir;
-my $root = PostgreSQL::Test::Utils::tempdir . '/install';
-# the copy keeps the layout that locates share/ and lib/ from bin/
-my $libroot = dirname($bindir);
-my @a = split m{/}, $libroot;
-my @b = split m{/}, $sharedir;
-my $common = 0;
-$common++ while $common < @a && $common < @b && $a[$common] eq $b[$common];
-my $prefix = join('/', @a[ 0 .. $common - 1 ]);
-my ($rel_lib, $rel_share) = (substr($libroot, length($prefix)), substr($sharedir, length($prefix)));
-make_path(dirname("$root$rel_lib"), dirname("$root$rel_share"));
-system('cp', '-a', $libroot, "$root$rel_lib") == 0 or die 'cannot copy the installation';
-system('cp', '-a', $sharedir, "$root$rel_share") == 0 or die 'cannot copy the installation';
-my $rel_pkglib = substr($pkglibdir, length($libroot));
-ok(-e "$root$rel_lib$rel_pkglib/pg_tide.so" && unlink("$root$rel_lib$rel_pkglib/pg_tide_kafka.so"),
+my ($install, $libdir) = installation_copy();
+ok(-e "$libdir/pg_tide.so" && unlink("$libdir/pg_tide_kafka.so"),
 	'the copied installation has pg_tide.so and no pg_tide_kafka.so');
-my $bare = PostgreSQL::Test::Cluster->new('no_kafka', install_path => "$root$rel_lib");
+my $bare = PostgreSQL::Test::Cluster->new('no_kafka', install_path => $install);
 $bare->init;
 $bare->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'\n");
 $bare->start;

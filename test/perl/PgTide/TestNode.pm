@@ -8,9 +8,11 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use Time::HiRes qw(time usleep);
 use IO::Socket::INET;
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
 
 our @EXPORT = qw(tide_node);
-our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker);
+our @EXPORT_OK = qw(wait_until disk_full unanswered_port keep_relay_worker installation_copy exited);
 
 # tide_node($name, $extra_conf, %init): a new node with pg_tide preloaded,
 # the given postgresql.conf lines appended, started, and the extension
@@ -26,6 +28,33 @@ sub tide_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION pg_tide');
 	return $node;
+}
+
+# installation_copy(): a copy of the PostgreSQL installation that pg_config
+# names, in the test's directory, with the layout that locates share/ and
+# lib/ from bin/, so that a test may take a module out of it or put one in.
+# Returns its install_path (for PostgreSQL::Test::Cluster->new) and its
+# $libdir.
+sub installation_copy
+{
+	my $bindir = `pg_config --bindir`;
+	chomp $bindir;
+	my $sharedir = `pg_config --sharedir`;
+	chomp $sharedir;
+	my $pkglibdir = `pg_config --pkglibdir`;
+	chomp $pkglibdir;
+	my $root = PostgreSQL::Test::Utils::tempdir . '/install';
+	my $libroot = dirname($bindir);
+	my @a = split m{/}, $libroot;
+	my @b = split m{/}, $sharedir;
+	my $common = 0;
+	$common++ while $common < @a && $common < @b && $a[$common] eq $b[$common];
+	my $prefix = join('/', @a[ 0 .. $common - 1 ]);
+	my ($rel_lib, $rel_share) = (substr($libroot, length($prefix)), substr($sharedir, length($prefix)));
+	make_path(dirname("$root$rel_lib"), dirname("$root$rel_share"));
+	system('cp', '-a', $libroot, "$root$rel_lib") == 0 or die 'cannot copy the installation';
+	system('cp', '-a', $sharedir, "$root$rel_share") == 0 or die 'cannot copy the installation';
+	return ("$root$rel_lib", "$root$rel_lib" . substr($pkglibdir, length($libroot)));
 }
 
 # keep_relay_worker($node, $db): gives database $db an enabled pipeline, so
@@ -52,6 +81,19 @@ sub wait_until
 		usleep($step // 20_000);
 	}
 	return undef;
+}
+
+# exited($pid): whether a process has exited: gone, or a zombie (an orphan
+# of a killed postmaster stays one until whoever inherited it reaps it,
+# which in a container can take seconds).
+sub exited
+{
+	my ($pid) = @_;
+	return 1 unless kill(0, $pid);
+	open(my $fh, '<', "/proc/$pid/stat") or return 1;
+	my $stat = <$fh>;
+	close $fh;
+	return defined $stat && $stat =~ /^\d+ \(.*\) Z /;
 }
 
 # disk_full($node, $table, $events): makes every statement that writes table
