@@ -15,6 +15,8 @@
 #     hold logged once and shown), and runs again when the right is back.
 #  5. Retention: processed events past processed_retention_hours are
 #     deleted by the relay.
+#  6. Events that the relay's inbox sink writes wake the handler at their
+#     commit.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -225,6 +227,23 @@ ok(wait_until(sub { sql(q{SELECT count(*) FROM tide.jobs_inbox WHERE event_id LI
 	'test 5: processed events past the retention are deleted');
 is(sql(q{SELECT count(*) FROM tide.jobs_inbox WHERE event_id IN ('r1', 'r2', 'f_always')}), '3',
 	'test 5: newer ones and the dead letter (dlq_retention_hours 0) are kept');
+
+###########################################################################
+# 6. Events written by the relay itself (the inbox sink of a forward
+# pipeline) wake the handler at the commit that writes them: with a naptime
+# of a minute, nothing else would.
+###########################################################################
+sql(q{ALTER SYSTEM SET pg_tide.relay_naptime_ms = 60000; SELECT pg_reload_conf()});
+sql(q{SELECT tide.outbox_create('orders');
+	SELECT tide.relay_set_outbox('to_jobs', 'orders', 'to_jobs', '{"sink_type": "inbox", "inbox": "jobs"}')});
+# the worker has read the pipeline (its row's trigger woke it) and is idle
+usleep(1_500_000);
+my $mid = sql(q{SELECT tide.outbox_publish('orders', '{"from": "outbox"}')});
+my $handled = wait_until(sub { state("outbox_orders:$mid") eq 'processed' }, 20);
+ok(defined $handled && $handled < 5, 'test 6: an event the inbox sink wrote is handled at once');
+note(sprintf('test 6: handled %.3f s after the publish', $handled)) if defined $handled;
+is(calls("outbox_orders:$mid"), '1', 'test 6: once');
+sql(q{ALTER SYSTEM RESET pg_tide.relay_naptime_ms; SELECT pg_reload_conf()});
 
 unlike(slurp_file($node->logfile), qr/stops after an error|stopped this pass after an error/,
 	'no ERROR stopped the worker or a unit');
