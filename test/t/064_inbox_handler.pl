@@ -24,7 +24,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::TestNode qw(tide_node wait_until exited);
 use Time::HiRes qw(time usleep);
 
 my $node = tide_node('handler', "restart_after_crash = on\npg_tide.relay_naptime_ms = 200\n"
@@ -72,17 +72,6 @@ sub state
 }
 
 sub calls { return sql("SELECT count(*) FROM app.calls WHERE event_id = '$_[0]'"); }
-
-# Whether a process has exited (a zombie counts).
-sub exited
-{
-	my ($pid) = @_;
-	return 1 unless kill(0, $pid);
-	open(my $fh, '<', "/proc/$pid/stat") or return 1;
-	my $stat = <$fh>;
-	close $fh;
-	return defined $stat && $stat =~ /^\d+ \(.*\) Z /;
-}
 
 ###########################################################################
 # 1. Handled as it commits, as run_as.
