@@ -24,6 +24,7 @@ OBJS = \
 	relay/units.o \
 	relay/flows.o \
 	relay/flow_forward.o \
+	relay/flow_reverse.o \
 	relay/flow_handler.o \
 	relay/pipelines.o \
 	relay/xact.o \

@@ -10,6 +10,7 @@
 /* Every flow the engine drives, NULL-ended. */
 const RelayFlowRoutine *const RelayFlows[] = {
 	&RelayForwardFlow,
+	&RelayReverseFlow,
 	&RelayHandlerFlow,
 	NULL
 };

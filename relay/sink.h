@@ -128,6 +128,8 @@ typedef struct RelaySinkBatch
 /* What `open` tells the worker about a pipeline's sink, besides its state. */
 typedef struct RelaySinkOpened
 {
+	const char *pipeline;		/* set by the worker before `open`: the
+								 * pipeline's name */
 	void	   *state;			/* the sink's state of the pipeline */
 	int			longest_batch_seconds;	/* the longest a batch can take: the
 										 * lease outlasts it */
