@@ -25,6 +25,7 @@ OBJS = \
 	relay/flows.o \
 	relay/flow_forward.o \
 	relay/flow_reverse.o \
+	relay/flow_handler.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \
@@ -40,7 +41,8 @@ OBJS = \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
 	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o \
 	relay/broker.o relay/connector.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o \
-	relay/log_repeat.o relay/extension_lock.o relay/restore.o relay/on_demand.o relay/worker_slots.o
+	relay/log_repeat.o relay/extension_lock.o relay/restore.o relay/on_demand.o relay/worker_slots.o \
+	src/inbox_wake.o relay/inbox_handler.o relay/inbox_handler_rules.o
 
 # The endpoints (CONTRIBUTING.md, "Add a sink or a source"): one folder
 # each, relay/endpoints/<name>/, all of whose .c files are the endpoint's

@@ -166,6 +166,10 @@ publish_rows() {
 		"$(ratio relay.sh latency_beside_hang p99 latency_200 p99)"
 	target_row "latency p99 at 200 msg/s beside a pipeline that never answers, ms" "<=" 10 "%.2f" \
 		"$(stat relay.sh latency_beside_hang p99)"
+	target_row "inbox handler run by the relay / the same handler through inbox_process in a client loop" ">=" 0.9 "%.3f" \
+		"$(ratio inbox_handler.sh events/s relay events/s client)"
+	target_row "inbox handler: commit to handled, p50 at 200 events/s, ms" "<=" 3 "%.2f" \
+		"$(stat inbox_handler.sh "latency ms" p50)"
 	target_row "catch-up rate, 1,000,000 waiting / 100,000 waiting" ">=" 0.9 "%.3f" \
 		"$(ratio relay.sh relay catchup_1000000 relay catchup_100000)"
 	target_row "relay worker's private memory 5 s after a fan-out / at rest before it" "<=" 2 "%.3f" \

@@ -329,6 +329,7 @@ typedef struct RelayFlowRoutine
 /* The flows, each in a file of its own. */
 extern const RelayFlowRoutine RelayForwardFlow;	/* flow_forward.c */
 extern const RelayFlowRoutine RelayReverseFlow;	/* flow_reverse.c */
+extern const RelayFlowRoutine RelayHandlerFlow;	/* flow_handler.c */
 
 /* flows.c: every flow, NULL-ended: the engine's only list of them. */
 #define RELAY_MAX_FLOWS 8

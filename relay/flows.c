@@ -11,5 +11,6 @@
 const RelayFlowRoutine *const RelayFlows[] = {
 	&RelayForwardFlow,
 	&RelayReverseFlow,
+	&RelayHandlerFlow,
 	NULL
 };

@@ -12,9 +12,15 @@
  *		tide_outbox_messages ahead of the ids handed out (src/partitions.c):
  *		publishes find their child made, and a child that no participant
  *		needs any more is dropped whole by the sweep.
+ *
+ *		With the sweep, it deletes every inbox's processed and
+ *		dead-lettered events past the inbox's processed_retention_hours and
+ *		dlq_retention_hours (0 keeps them), at most INBOX_TRIM_LIMIT per
+ *		inbox in a pass, in a short transaction of its own.
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -42,6 +48,12 @@ RelayDefineRetentionGucs(void)
 /* The last sweep stopped at its cap with more to do. */
 static bool sweep_more = false;
 
+/* The last trim of the inboxes stopped at its cap with more to do. */
+static bool inbox_trim_more = false;
+
+/* The most events one pass deletes from one inbox. */
+#define INBOX_TRIM_LIMIT 10000
+
 /* How often the child tables are made ahead, at most. */
 #define MAINTAIN_INTERVAL_MS 1000
 
@@ -67,6 +79,27 @@ maintain_partitions(TimestampTz now)
 		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._outbox_partitions_maintain()", 0, NULL),
 							 NULL, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not make the partitions of tide.tide_outbox_messages");
+	}
+	RelayEndShortXact(CurrentMemoryContext);
+}
+
+/* Deletes the inboxes' events past their retention; see the top of this file. */
+static void
+trim_inboxes(void)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(INBOX_TRIM_LIMIT)};
+	bool		isnull;
+
+	RelayBeginShortXact("pg_tide relay: deleting old inbox events");
+	if (RelayTryLockTable("tide_inbox_config", AccessShareLock))
+	{
+		if (SPI_execute_plan(TidePlan(&plan, "SELECT tide._inbox_retention($1)", 1, argtypes),
+							 args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not delete the old events of the inboxes");
+		inbox_trim_more = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
 	}
 	RelayEndShortXact(CurrentMemoryContext);
 }
@@ -98,10 +131,11 @@ RelaySweepOutboxes(void)
 		/* Stopped at its cap: the next pass goes on. */
 		sweep_more = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 			!isnull;
-		if (sweep_more)
-			last_sweep = 0;
 	}
 	RelayEndShortXact(CurrentMemoryContext);
+	trim_inboxes();
+	if (sweep_more || inbox_trim_more)
+		last_sweep = 0;
 }
 
 /*
@@ -111,5 +145,5 @@ RelaySweepOutboxes(void)
 bool
 RelaySweepHasMore(void)
 {
-	return sweep_more && SweepIntervalSecs > 0;
+	return (sweep_more || inbox_trim_more) && SweepIntervalSecs > 0;
 }

@@ -235,3 +235,26 @@ SELECT c.outbox_name,
 
 COMMENT ON VIEW tide.outbox_retention_status
 	IS 'per outbox: messages, past retention, deletable now by tide.outbox_sweep, and what holds the rest back';
+
+CREATE OR REPLACE VIEW tide.inbox_handler_status AS
+SELECT h.inbox_name AS inbox,
+	   h.handler,
+	   h.run_as,
+	   h.enabled,
+	   (h.config ->> 'batch_size')::int AS batch_size,
+	   (h.config ->> 'concurrency')::int AS concurrency,
+	   h.owner,
+	   coalesce(s.processed, 0) AS processed,
+	   coalesce(s.failed, 0) AS failed,
+	   coalesce(s.dead_lettered, 0) AS dead_lettered,
+	   s.last_success_at,
+	   s.last_failure_at,
+	   s.last_error,
+	   s.held_since,
+	   s.held_reason,
+	   s.counted_since
+  FROM tide.relay_inbox_handlers h
+  LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name = h.inbox_name;
+
+COMMENT ON VIEW tide.inbox_handler_status
+	IS 'per inbox handler: its function and role, events processed, failed attempts, dead letters, the last error and the relay''s hold';

@@ -447,9 +447,10 @@ TideCheckConsumeRight(Oid userid, const char *group)
 }
 
 /*
- * Trigger on the grants tables, relay_outbox_config and tide_outbox_config
- * (src/admission_cache.c): every backend forgets its cached answers when
- * the change commits (this one at once).
+ * Trigger on the grants tables, relay_outbox_config, tide_outbox_config
+ * (src/admission_cache.c) and relay_inbox_handlers (src/inbox_wake.c):
+ * every backend forgets its cached answers when the change commits (this
+ * one at once).
  */
 Datum
 tide_rights_changed(PG_FUNCTION_ARGS)

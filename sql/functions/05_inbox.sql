@@ -181,6 +181,17 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._check_batch_size(integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._check_batch_size(integer) TO tide_admin, tide_consumer, tide_reader;
 
+-- Wakes the relay at commit when the inbox has a handler, so that the
+-- events just stored are processed at once (src/inbox_wake.c). No SET
+-- search_path: it runs on every receive, and its one query names
+-- everything in full.
+CREATE OR REPLACE FUNCTION tide._inbox_wake(p_name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_inbox_wake'
+LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION tide._inbox_wake(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._inbox_wake(text) TO tide_admin, tide_consumer;
+
 CREATE OR REPLACE FUNCTION tide.inbox_create(p_name text,
 								  p_schema text DEFAULT 'tide',
 								  p_max_retries int DEFAULT 3,
@@ -345,6 +356,9 @@ BEGIN
 				   'ON CONFLICT (event_id) DO NOTHING', tide._inbox_table(cfg))
 		USING p_event_id, p_source, p_payload, p_headers;
 	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._inbox_wake(p_name);
+	END IF;
 	RETURN n > 0;
 END
 $$
@@ -427,6 +441,9 @@ BEGIN
 		ON CONFLICT (event_id) DO NOTHING$sql$, tide._inbox_table(cfg))
 		USING p_events;
 	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._inbox_wake(p_name);
+	END IF;
 	RETURN n;
 END
 $$
@@ -691,6 +708,9 @@ BEGIN
 				   tide._inbox_table(cfg))
 		USING p_event_ids;
 	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		PERFORM tide._inbox_wake(p_name);
+	END IF;
 	RETURN n;
 END
 $$
@@ -707,6 +727,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
 	result jsonb;
+	handler_status jsonb;
 BEGIN
 	EXECUTE format($sql$
 		SELECT jsonb_build_object(
@@ -729,6 +750,21 @@ BEGIN
 		INTO result
 		USING p_cfg.inbox_name, p_cfg.inbox_schema, p_cfg.inbox_name || '_inbox', p_cfg.max_retries,
 			  p_cfg.processed_retention_hours, p_cfg.dlq_retention_hours;
+	-- An inbox with a handler: what the relay did with it.
+	SELECT jsonb_build_object(
+			'function', h.handler::text, 'run_as', h.run_as, 'enabled', h.enabled,
+			'batch_size', h.config -> 'batch_size', 'concurrency', h.config -> 'concurrency',
+			'processed', coalesce(s.processed, 0), 'failed', coalesce(s.failed, 0),
+			'dead_lettered', coalesce(s.dead_lettered, 0),
+			'last_success_at', s.last_success_at, 'last_failure_at', s.last_failure_at,
+			'last_error', s.last_error, 'held_since', s.held_since, 'held_reason', s.held_reason)
+	  INTO handler_status
+	  FROM tide.relay_inbox_handlers h
+	  LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name = h.inbox_name
+	 WHERE h.inbox_name = p_cfg.inbox_name;
+	IF FOUND THEN
+		result := result || jsonb_build_object('handler', handler_status);
+	END IF;
 	RETURN result;
 END
 $$

@@ -15,3 +15,16 @@ CREATE TRIGGER tide_outbox_config_changed
 CREATE TRIGGER relay_inbox_config_check
 	BEFORE INSERT OR UPDATE ON tide.relay_inbox_config
 	FOR EACH ROW EXECUTE FUNCTION tide._relay_config_check();
+
+-- Inbox handlers (sql/install_post/01_catalog.sql).
+CREATE TRIGGER relay_inbox_handlers_check
+	BEFORE INSERT OR UPDATE ON tide.relay_inbox_handlers
+	FOR EACH ROW EXECUTE FUNCTION tide._inbox_handler_check();
+
+CREATE TRIGGER relay_inbox_handlers_notify
+	AFTER INSERT OR UPDATE OR DELETE ON tide.relay_inbox_handlers
+	FOR EACH ROW EXECUTE FUNCTION tide._inbox_handler_notify();
+
+CREATE TRIGGER relay_inbox_handlers_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_inbox_handlers
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();

@@ -160,3 +160,47 @@ UPDATE tide.relay_inbox_config
 ALTER TABLE tide.relay_consumer_offsets ADD COLUMN source_position jsonb;
 COMMENT ON COLUMN tide.relay_consumer_offsets.source_position
 	IS 'a reverse pipeline''s position in its source, in the form its source type needs; NULL for a forward pipeline';
+
+-- Inbox handlers (sql/install/02_inbox.sql): the function the relay runs on
+-- an inbox's pending events, and what it did with it.
+CREATE TABLE tide.relay_inbox_handlers (
+	inbox_name	text PRIMARY KEY
+		REFERENCES tide.tide_inbox_config (inbox_name) ON DELETE CASCADE ON UPDATE CASCADE,
+	handler		regprocedure NOT NULL,
+	run_as		text NOT NULL,
+	enabled		boolean NOT NULL DEFAULT true,
+	config		jsonb NOT NULL DEFAULT '{}',
+	owner		text,
+	created_at	timestamptz NOT NULL DEFAULT now(),
+	updated_at	timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE tide.relay_inbox_handlers
+	IS 'Inbox handlers: the function the relay runs on each pending event of an inbox, and the role it runs as';
+
+-- What the relay did with an inbox's handler: events processed, failed
+-- attempts and dead letters since counted_since, the last failure, and
+-- the relay's hold of the handler (a reason that is not an event's: the
+-- function or a right is missing), written in the transaction of each
+-- batch.
+CREATE TABLE tide.relay_inbox_handler_health (
+	inbox_name		text PRIMARY KEY
+		REFERENCES tide.relay_inbox_handlers (inbox_name) ON DELETE CASCADE ON UPDATE CASCADE,
+	processed		bigint NOT NULL DEFAULT 0,
+	failed			bigint NOT NULL DEFAULT 0,
+	dead_lettered	bigint NOT NULL DEFAULT 0,
+	last_success_at	timestamptz,
+	last_failure_at	timestamptz,
+	last_error		text,
+	held_since		timestamptz,
+	held_reason		text,
+	counted_since	timestamptz NOT NULL DEFAULT now(),
+	updated_at		timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE tide.relay_inbox_handler_health
+	IS 'Per inbox handler: events processed, failed attempts, dead letters, the last error and the relay''s hold';
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handlers', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handler_health', '');

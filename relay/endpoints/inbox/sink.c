@@ -28,6 +28,9 @@
  *	  sink gives) or the value of the header the config names, source the
  *	  pipeline's name, payload and headers as published.
  *
+ * An inbox with a handler (src/inbox_wake.c) is looked at by the relay
+ * when that transaction commits, as after tide.inbox_receive.
+ *
  * The inbox rows and the offset commit together, so a crash before the
  * commit loses both and the batch is leased and written again, and after
  * it neither is repeated; a message written again all the same (an
@@ -55,6 +58,7 @@
 #include "config_value.h"
 #include "endpoints/registry.h"
 #include "inbox.h"
+#include "inbox_wake.h"
 
 /* An inbox pipeline's settings, from its config, and its insert's plan. */
 typedef struct InboxSink
@@ -344,6 +348,9 @@ inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nms
 		elog(ERROR, "could not write into inbox \"%s\"", sink->inbox);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec);
+	/* new events for the inbox's handler, if it has one: the relay looks at commit */
+	if (SPI_processed > 0)
+		InboxWakeAtCommit(sink->inbox);
 }
 
 static const RelaySinkRoutine inbox_routine = {

@@ -1,0 +1,33 @@
+/*
+ * inbox_handler.h
+ *		One batch of an inbox's handler (relay/inbox_handler.c).
+ */
+#ifndef TIDE_INBOX_HANDLER_H
+#define TIDE_INBOX_HANDLER_H
+
+/* What one batch of a handler did. */
+typedef struct InboxHandlerOutcome
+{
+	bool		found;			/* the inbox has an enabled handler */
+	char	   *held;			/* why it cannot run now (not an event's fault), or NULL */
+	int			claimed;		/* events taken */
+	int			processed;		/* events the handler processed */
+	int			failed;			/* events it failed on */
+	int			dead_lettered;	/* of them, dead-lettered */
+	int			batch_size;		/* the handler's batch_size */
+	int			concurrency;	/* the handler's concurrency */
+} InboxHandlerOutcome;
+
+/* Why a handler cannot run (inbox_handler_rules.c). */
+typedef struct InboxHandlerProblem
+{
+	const char *sqlstate;
+	char	   *message;
+	char	   *hint;
+} InboxHandlerProblem;
+
+extern void InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out);
+extern char *InboxHandlerCheck(const char *inbox, Oid relid, Oid handler, const char *run_as,
+							   bool allow_superuser, const char *owner, InboxHandlerProblem *p);
+
+#endif
