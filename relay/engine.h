@@ -44,6 +44,11 @@ extern TimestampTz RelayScanWakeAt(void);
 extern void RelayScanUnits(RelayWorkerSlot *slot);
 
 /* worker.c: ends the worker cleanly, telling the launcher why */
+#if PG_VERSION_NUM >= 180000
+/* 18 spells "never returns" as a prefix, earlier versions as an attribute. */
+extern pg_noreturn void RelayWorkerLeave(RelayExitReason reason, const char *why);
+#else
 extern void RelayWorkerLeave(RelayExitReason reason, const char *why) pg_attribute_noreturn();
+#endif
 
 #endif							/* TIDE_ENGINE_H */

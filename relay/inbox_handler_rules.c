@@ -29,6 +29,7 @@
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "inbox_handler.h"
 #include "pg_tide.h"
 
@@ -104,18 +105,18 @@ InboxHandlerCheck(const char *inbox, Oid relid, Oid handler, const char *run_as,
 							   "Name a role without superuser in \"run_as\", or pass \"allow_superuser\": true." :
 							   "Name a role without superuser in \"run_as\"; only a superuser may let a handler run as one."));
 	if (!is_member_of_role(owner_id, run_as_id) &&
-		!(proowner == run_as_id && pg_proc_aclcheck(handler, owner_id, ACL_EXECUTE) == ACLCHECK_OK))
+		!(proowner == run_as_id && TideProcAclCheck(handler, owner_id, ACL_EXECUTE) == ACLCHECK_OK))
 		return problem(p, "42501",
 					   psprintf("role \"%s\" cannot make the handler of inbox \"%s\" run as role \"%s\"",
 								owner, inbox, run_as),
 					   pstrdup("Name in \"run_as\" a role you are a member of, or the owner of a handler you may execute."));
-	if (pg_namespace_aclcheck(nsp, run_as_id, ACL_USAGE) != ACLCHECK_OK)
+	if (TideNamespaceAclCheck(nsp, run_as_id, ACL_USAGE) != ACLCHECK_OK)
 		return problem(p, "42501",
 					   psprintf("role \"%s\" has no USAGE on schema %s of handler %s",
 								run_as, quote_identifier(get_namespace_name(nsp)), function),
 					   psprintf("Grant USAGE on schema %s to role %s.",
 								quote_identifier(get_namespace_name(nsp)), quote_identifier(run_as)));
-	if (pg_proc_aclcheck(handler, run_as_id, ACL_EXECUTE) != ACLCHECK_OK)
+	if (TideProcAclCheck(handler, run_as_id, ACL_EXECUTE) != ACLCHECK_OK)
 		return problem(p, "42501", psprintf("role \"%s\" cannot execute handler %s", run_as, function),
 					   psprintf("Grant EXECUTE on function %s to role %s.", function, quote_identifier(run_as)));
 	if (pg_class_aclcheck(relid, run_as_id, ACL_SELECT) != ACLCHECK_OK ||

@@ -53,4 +53,15 @@
 #define TideLockHeldByMe(tag, mode) LockHeldByMe((tag), (mode))
 #endif
 
+/* A role's right on a function or a schema (16 made these object_aclcheck). */
+#if PG_VERSION_NUM >= 160000
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
+#define TideProcAclCheck(proc, role, mode) object_aclcheck(ProcedureRelationId, (proc), (role), (mode))
+#define TideNamespaceAclCheck(nsp, role, mode) object_aclcheck(NamespaceRelationId, (nsp), (role), (mode))
+#else
+#define TideProcAclCheck(proc, role, mode) pg_proc_aclcheck((proc), (role), (mode))
+#define TideNamespaceAclCheck(nsp, role, mode) pg_namespace_aclcheck((nsp), (role), (mode))
+#endif
+
 #endif							/* TIDE_COMPAT_H */
