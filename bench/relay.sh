@@ -55,6 +55,8 @@
 #              is measured over (default 60: a whole minute holds the
 #              worker's once-a-minute sweep and attempt-log trim exactly once,
 #              where a shorter window holds them or not by chance)
+#   FANOUT     1 (default): the runs with many pipelines also fan messages
+#              out to them; 0 measures the worker's CPU at rest alone
 #   FANOUT_SETTLE_SECONDS  how long after the fan-out the worker's private
 #              memory is measured again (default 5), to be compared with
 #              its size at rest before it
@@ -126,6 +128,7 @@ PARTS=${PARTS:-all}
 MANY_PIPELINES=${MANY_PIPELINES:-1000}
 FANOUT_N=${FANOUT_N:-100}
 FANOUT_SETTLE_SECONDS=${FANOUT_SETTLE_SECONDS:-5}
+FANOUT=${FANOUT:-1}
 REST_SECONDS=${REST_SECONDS:-60}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
@@ -727,7 +730,9 @@ many_rounds() {
 	log "$REPEATS rounds: $MANY_PIPELINES idle pipelines for ${REST_SECONDS}s; $FANOUT_N messages to $MANY_PIPELINES webhook pipelines against one pipeline"
 	for round in $(seq 1 "$REPEATS"); do
 		rest_cpu "$round"
-		fanout "$round"
+		if [ "$FANOUT" = 1 ]; then
+			fanout "$round"
+		fi
 	done
 }
 
