@@ -64,7 +64,8 @@
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
 #              alone; "single" for mode single beside libcurl alone
-#              (curl_client.c) alone; "core" for everything but the runs
+#              (curl_client.c) alone; "latency" for the latency runs at
+#              RATES alone; "core" for everything but the runs
 #              with several workers and with many pipelines (what an
 #              earlier version's relay.sh measures too, for a comparison
 #              in one sitting)
@@ -795,6 +796,12 @@ for round in $(seq 1 "$REPEATS"); do
 		throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
 		continue
 	fi
+	if [ "$PARTS" = latency ]; then
+		for rate in $RATES; do
+			latency "$round" "$rate"
+		done
+		continue
+	fi
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
@@ -827,6 +834,7 @@ if [ "$PARTS" = ordering ]; then
 	exit 0
 fi
 [ "$PARTS" = single ] && exit 0
+[ "$PARTS" = latency ] && exit 0
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
 awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '
