@@ -24,6 +24,7 @@ OBJS = \
 	relay/units.o \
 	relay/flows.o \
 	relay/flow_forward.o \
+	relay/flow_reverse.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \
@@ -33,7 +34,7 @@ OBJS = \
 	relay/config_read.o \
 	relay/endpoints/registry.o relay/endpoints/redact.o \
 	relay/address.o relay/attempt_log.o \
-	relay/source_types.o relay/source_redact.o relay/reverse_config.o relay/pipeline_names.o \
+	relay/endpoints/source_types.o relay/reverse_config.o relay/pipeline_names.o \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \

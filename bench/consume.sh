@@ -79,19 +79,7 @@ fill() {
 	tide | tide_one_call) psql_db -c "SELECT tide.drop_consumer_group('bench', true)" \
 		-c "TRUNCATE tide.tide_outbox_messages" \
 		-c "SELECT tide.create_consumer_group('bench', 'bench')" >/dev/null
-		psql_db >/dev/null <<SQL
-DO \$\$
-BEGIN
-	FOR c IN 0 .. ($N - 1) / 10000 LOOP
-		PERFORM tide.outbox_publish_batch('bench',
-			(SELECT array_agg(bench.payload(i) ORDER BY i)
-			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $N - 1)) i),
-			bench.headers(c));
-		COMMIT;
-	END LOOP;
-END
-\$\$;
-SQL
+		bench_publish bench "$N"
 		;;
 	skip_locked) psql_db -c "TRUNCATE bench.queue" >/dev/null
 		psql_db -c "INSERT INTO bench.queue (payload, headers)

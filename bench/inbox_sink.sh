@@ -150,19 +150,7 @@ for round in $(seq 1 "$REPEATS"); do
 	# A new backlog each round, after the last round's (which the pipeline's
 	# consumer has passed), published as bench/relay.sh publishes its own.
 	FIRST=$(($(scalar "SELECT coalesce(max(id), 0) FROM tide.tide_outbox_messages") + 1))
-	psql_db >/dev/null <<SQL
-DO \$\$
-BEGIN
-	FOR c IN 0 .. ($N - 1) / 10000 LOOP
-		PERFORM tide.outbox_publish_batch('bench',
-			(SELECT array_agg(bench.payload(i) ORDER BY i)
-			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $N - 1)) i),
-			bench.headers(c));
-		COMMIT;
-	END LOOP;
-END
-\$\$;
-SQL
+	bench_publish bench "$N"
 	LAST=$(scalar "SELECT max(id) FROM tide.tide_outbox_messages")
 	[ $((LAST - FIRST + 1)) -eq "$N" ] ||
 		{ echo "inbox_sink.sh: the backlog's ids are not consecutive" >&2; exit 1; }

@@ -53,6 +53,24 @@ trap bench_cleanup EXIT
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
+# bench_publish <outbox> <n>: publishes n messages (bench.payload,
+# bench.headers) into the outbox, 10,000 per transaction.
+bench_publish() {
+	psql_db >/dev/null <<SQL
+DO \$\$
+BEGIN
+	FOR c IN 0 .. ($2 - 1) / 10000 LOOP
+		PERFORM tide.outbox_publish_batch('$1',
+			(SELECT array_agg(bench.payload(i) ORDER BY i)
+			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $2 - 1)) i),
+			bench.headers(c));
+		COMMIT;
+	END LOOP;
+END
+\$\$;
+SQL
+}
+
 # bench_wait_recorded <pipeline> <last id> [seconds]: waits until the
 # pipeline's offset has reached <last id> and prints the epoch of that
 # record (relay_consumer_offsets.updated_at, the end of a throughput run);

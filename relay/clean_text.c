@@ -10,7 +10,7 @@
  * came would be invalid in the database: relay_dlq_list() fails for a
  * client that converts it, and a dump of the database does not restore.
  * The worker passes every outcome's texts through RelayCleanText right
- * after a sink's delivery (worker.c), so every sink is covered.
+ * after a sink's delivery (flow_forward.c), so every sink is covered.
  *
  * One pass, character by character:
  *

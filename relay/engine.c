@@ -347,6 +347,7 @@ RelayRunForUnit(RelayUnit *u, void (*what) (RelayUnit *u))
 		int64		unlogged;
 		RelayRepeatLine line;
 		const char *noun = u->flow->unit_noun;
+		const char *note = u->flow->error_retry_note;
 
 		MemoryContextSwitchTo(loop_cxt);
 		edata = CopyErrorData();
@@ -362,8 +363,8 @@ RelayRunForUnit(RelayUnit *u, void (*what) (RelayUnit *u))
 			ereport(LOG,
 					(errmsg("pg_tide relay %s \"%s\" stopped this pass after an error: %s",
 							noun, u->name, edata->message),
-					 errdetail("The %s is tried again in %ld ms (error %d in a row). Messages it sent but could not record are sent again then.",
-							   noun, delay, u->errors),
+					 errdetail("The %s is tried again in %ld ms (error %d in a row).%s%s",
+							   noun, delay, u->errors, note ? " " : "", note ? note : ""),
 					 errhint("Until a pass ends without an error, this is logged at most once a minute.")));
 		else if (line == RELAY_REPEAT_AGAIN)
 			ereport(LOG,

@@ -186,7 +186,22 @@ typedef struct RelayFlowRoutine
 {
 	const char *name;			/* "forward", "reverse", "handler": for the log */
 	const char *unit_noun;		/* what the log calls a unit: "pipeline", "inbox handler" */
+
+	/*
+	 * A sentence the log adds when a unit stops after an ERROR, after "The
+	 * <unit> is tried again in N ms (error N in a row).": what becomes of
+	 * the work it had in flight. NULL: nothing is added.
+	 */
+	const char *error_retry_note;
 	Size		unit_size;		/* bytes of RelayUnit.flow_private; 0: none */
+
+	/*
+	 * The flow's table of units in schema tide, with a boolean column
+	 * "enabled": a worker leaves a database in which no flow's table has an
+	 * enabled row, and a change of the table must ask the launcher to look
+	 * again (on_demand.c).
+	 */
+	const char *units_table;
 
 	/*
 	 * Reads the flow's enabled rows from its catalog table, in the engine's
@@ -313,8 +328,10 @@ typedef struct RelayFlowRoutine
 
 /* The flows, each in a file of its own. */
 extern const RelayFlowRoutine RelayForwardFlow;	/* flow_forward.c */
+extern const RelayFlowRoutine RelayReverseFlow;	/* flow_reverse.c */
 
 /* flows.c: every flow, NULL-ended: the engine's only list of them. */
+#define RELAY_MAX_FLOWS 8
 extern const RelayFlowRoutine *const RelayFlows[];
 
 /* engine.c and units.c: what flows call */

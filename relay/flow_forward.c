@@ -1026,7 +1026,9 @@ forward_close(RelayUnitReading *r)
 const RelayFlowRoutine RelayForwardFlow = {
 	.name = "forward",
 	.unit_noun = "pipeline",
+	.error_retry_note = "Messages it sent but could not record are sent again then.",
 	.unit_size = sizeof(ForwardUnit),
+	.units_table = "relay_outbox_config",
 	.read = forward_read,
 	.after_read = forward_after_read,
 	.sql_changed = forward_sql_changed,

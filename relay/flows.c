@@ -10,5 +10,6 @@
 /* Every flow the engine drives, NULL-ended. */
 const RelayFlowRoutine *const RelayFlows[] = {
 	&RelayForwardFlow,
+	&RelayReverseFlow,
 	NULL
 };

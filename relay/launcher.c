@@ -71,7 +71,6 @@ bool		RelayEnabled = true;
 char	   *OperatorEventsOutbox = NULL;
 int			RelayMaxWorkers = 8;
 int			RelayWorkersPerDatabase = 1;
-int			RelayMaxConnections = 256;
 
 RelayShared *Relay = NULL;
 
@@ -102,8 +101,7 @@ static bool launcher_out_of_workers = false;
  */
 
 /*
- * Defines the settings of the launcher and its workers (and
- * relay_max_connections, which the webhook sink reads); called from
+ * Defines the settings of the launcher and its workers; called from
  * _PG_init when preloaded. Each other relay module defines its own.
  */
 void
@@ -116,15 +114,6 @@ RelayDefineLauncherGucs(void)
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
-	DefineCustomIntVariable("pg_tide.relay_max_connections",
-							"How many connections a relay worker keeps open at most.",
-							"Bounds the webhook connections of each worker, for its pipelines "
-							"with and without allow_private_network each; requests beyond it "
-							"wait for a connection.",
-							&RelayMaxConnections,
-							256, 1, 100000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
 	DefineCustomStringVariable("pg_tide.operator_events_outbox",
 							   "The outbox that relay operator events are published to.",
 							   "Events when a pipeline's failures in a row reach 50, 70, 90 and 100 % "

@@ -100,7 +100,6 @@ extern bool RelayEnabled;
 extern char *OperatorEventsOutbox;
 extern int	RelayMaxWorkers;
 extern int	RelayWorkersPerDatabase;
-extern int	RelayMaxConnections;
 
 /* launcher.c; what _PG_init calls is in relay_init.h */
 extern RelayShared *Relay;

@@ -36,8 +36,10 @@
 
 #include "executor/spi.h"
 #include "storage/lockdefs.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "flow.h"
 #include "pg_tide.h"
 #include "launcher.h"
 #include "relay_xact.h"
@@ -52,32 +54,47 @@ RelayIdleLookMs(void)
 }
 
 /*
- * Whether the database has no enabled pipeline, seen under a lock on
- * relay_outbox_config; false when the lock cannot be had now, and while
- * the catalog is not the library's version: that worker waits for ALTER
- * EXTENSION pg_tide UPDATE and says so once (worker.c), and an older
- * catalog's trigger may not ask the launcher to look again.
+ * Whether the database has no enabled unit of any flow (flows.c: forward
+ * pipelines, and the units of the flows of the second direction), seen
+ * under a lock on each flow's table; false when a lock cannot be had now,
+ * and while the catalog is not the library's version: that worker waits
+ * for ALTER EXTENSION pg_tide UPDATE and says so once (units.c), and an
+ * older catalog's trigger may not ask the launcher to look again.
  */
 static bool
-no_enabled_pipeline(void)
+no_enabled_unit(void)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[RELAY_MAX_FLOWS];
 	bool		none = false;
-	bool		isnull;
 	char	   *installed;
 
 	RelayBeginShortXact("pg_tide relay: looking for enabled pipelines");
 	installed = TideInstalledVersion();
-	if (installed != NULL && TideCompareVersions(installed, TIDE_CATALOG_VERSION) == 0 &&
-		RelayTryLockTable("relay_outbox_config", AccessShareLock))
+	if (installed != NULL && TideCompareVersions(installed, TIDE_CATALOG_VERSION) == 0)
 	{
-		if (SPI_execute_plan(TidePlan(&plan,
-									  "SELECT NOT EXISTS (SELECT FROM tide.relay_outbox_config WHERE enabled)",
-									  0, NULL),
-							 NULL, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read tide.relay_outbox_config");
-		none = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-			!isnull;
+		none = true;
+		for (int i = 0; none && RelayFlows[i] != NULL; i++)
+		{
+			const char *table = RelayFlows[i]->units_table;
+			bool		isnull;
+
+			Assert(i < RELAY_MAX_FLOWS);
+			if (table == NULL)
+				continue;
+			if (!RelayTryLockTable(table, AccessShareLock))
+			{
+				none = false;
+				break;
+			}
+			if (plans[i] == NULL)
+				TidePlan(&plans[i], psprintf("SELECT NOT EXISTS (SELECT FROM tide.%s WHERE enabled)",
+											 quote_identifier(table)),
+						 0, NULL);
+			if (SPI_execute_plan(plans[i], NULL, NULL, true, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not read tide.%s", table);
+			none = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+				!isnull;
+		}
 	}
 	RelayEndShortXact(CurrentMemoryContext);
 	return none;
@@ -102,7 +119,7 @@ RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight)
 
 	/* before the look's snapshot: a pipeline committed earlier is seen */
 	looked_at = GetCurrentTimestamp();
-	if (!no_enabled_pipeline())
+	if (!no_enabled_unit())
 		return false;
 	SpinLockAcquire(&Relay->mutex);
 	slot->looked_at = looked_at;

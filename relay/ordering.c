@@ -3,7 +3,7 @@
  *		Ordered delivery per key ("ordering": "key"): messages with the same
  *		key arrive in id order, at most one in flight per key, and a failing
  *		message holds back only its own key's later messages. Everything
- *		that decides keys, dependencies and parking is here; worker.c,
+ *		that decides keys, dependencies and parking is here; flow_forward.c,
  *		lease.c and the sinks call it.
  *
  * - The key ("ordering_key") is a header name, or an RFC 6901 JSON pointer
@@ -233,7 +233,7 @@ RelayOrderingDependencies(const RelayMessage *msgs, int n, const bool *include, 
 	pfree(idx);
 }
 
-/* Whether an outcome is a failure the message answers for (worker.c's rule). */
+/* Whether an outcome is a failure the message answers for (flow_forward.c's rule). */
 static bool
 failed(RelayOutcome o)
 {

@@ -26,7 +26,7 @@
  * The calls, at each reading of the pipelines: RelayServesPipeline() for
  * each enabled pipeline (pipelines.c), RelayKeepPipeline() for each that
  * still has a batch in flight, then RelayReleaseUnservedPipelines() once
- * (worker.c); between readings, RelayWorkerRetired() tells a
+ * (units.c); between readings, RelayWorkerRetired() tells a
  * worker to leave whose worker_index the lowered setting no longer covers,
  * or whose slot the launcher needs for a database without a worker.
  * Two names with the same hash share one lock; they also share an owner,

@@ -28,7 +28,7 @@
 
 #include "forward.h"
 
-/* The largest burst the validator accepts (the rate's range is in relay.h). */
+/* The largest burst the validator accepts (the rate's range is in forward.h). */
 #define RELAY_BURST_MAX				1000000
 /* The longest wait for a token: one token at the slowest rate. */
 #define RELAY_PACING_MAX_WAIT_MS	1000000.0

@@ -348,7 +348,7 @@ normalize(void *arg, Jsonb *jb, const cJSON *config, cJSON *out)
 	attempt_log_config(config, sink, out);
 	alerts_config(config, out);
 	RelayConfigAddBool(out, "allow_other_consumers", RelayConfigBool(config, "allow_other_consumers", false));
-	/* whether a relaxed pipeline's batches overlap (worker.c's lease_ahead) */
+	/* whether a relaxed pipeline's batches overlap (flow_forward.c's lease_ahead) */
 	RelayConfigAddBool(out, "overlap_batches", RelayConfigBool(config, "overlap_batches", sink->sends_on_own_threads));
 	if (sink_takes(sink, "retry"))
 		retry_config(config, out);

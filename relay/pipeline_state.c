@@ -6,7 +6,7 @@
  *		the pipeline's last turn ended in an ERROR (the message, since when,
  *		how many turns in a row).
  *
- * The worker keeps this state in its memory (worker.c); these functions
+ * The worker keeps this state in its memory (units.c); these functions
  * copy its changes into the catalog, each in a short transaction of its own,
  * and only when the state changes: a hold starts (or is renewed after
  * another failed attempt), a turn ends in an ERROR, the first turn without

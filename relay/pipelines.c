@@ -177,6 +177,7 @@ open_sink(RelayPipeline *p, const cJSON *config, MemoryContext spi_cxt)
 	MemoryContext cxt = CurrentMemoryContext;
 
 	memset(&opened, 0, sizeof(opened));
+	opened.pipeline = p->name;
 	ok = p->sink->open(config, &opened);
 	if (opened.read_secrets)
 	{

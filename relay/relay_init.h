@@ -16,6 +16,7 @@ extern void RelayDefineUnitsGucs(void); /* units.c */
 extern void RelayDefineAttemptLogGucs(void);	/* attempt_log.c */
 extern void RelayDefineSecretsGucs(void);	/* secrets.c */
 extern void RelayDefineRetentionGucs(void); /* retention.c */
+extern void RelayDefineWebhookGucs(void);	/* endpoints/webhook/sink.c */
 
 /* launcher.c */
 extern Size RelayShmemSize(void);

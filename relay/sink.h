@@ -128,6 +128,8 @@ typedef struct RelaySinkBatch
 /* What `open` tells the worker about a pipeline's sink, besides its state. */
 typedef struct RelaySinkOpened
 {
+	const char *pipeline;		/* set by the worker before `open`: the
+								 * pipeline's name */
 	void	   *state;			/* the sink's state of the pipeline */
 	int			longest_batch_seconds;	/* the longest a batch can take: the
 										 * lease outlasts it */
@@ -162,7 +164,7 @@ typedef struct RelaySinkRoutine
 										 * on threads of its own (librdkafka,
 										 * nats.c), not in the worker's loop:
 										 * "overlap_batches" defaults to true
-										 * (worker.c's lease_ahead) */
+										 * (flow_forward.c's lease_ahead) */
 
 	/*
 	 * Reads the sink's keys of a user's config object; raises an ERROR

@@ -89,6 +89,7 @@ _PG_init(void)
 	RelayDefineAttemptLogGucs();
 	RelayDefineSecretsGucs();
 	RelayDefineRetentionGucs();
+	RelayDefineWebhookGucs();
 	MarkGUCPrefixReserved("pg_tide");
 
 	prev_shmem_request_hook = shmem_request_hook;

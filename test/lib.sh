@@ -30,12 +30,12 @@ tide_packages() {
 		libmicrohttpd-dev libpg-query-dev $(tide_broker_packages)
 }
 
-# The broker sinks' client libraries (the Makefile builds a sink's module
-# only where its library is installed) and the brokers their tests start;
+# The broker sinks' client libraries and libpq's (the Makefile builds a
+# sink's module only where its library is installed) and the brokers their tests start;
 # iproute2's ip brings up the loopback of TAP 047's network namespace; the
 # brokers' own clients that docs/sinks/local.md reads with (TAP 059).
 tide_broker_packages() {
-	echo librdkafka-dev libnats-dev libhiredis-dev librabbitmq-dev libmosquitto-dev \
+	echo librdkafka-dev libnats-dev libhiredis-dev librabbitmq-dev libmosquitto-dev libpq-dev \
 		redis-server nats-server rabbitmq-server mosquitto mosquitto-clients iproute2 \
 		redis-tools amqp-tools kcat
 }

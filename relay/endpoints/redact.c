@@ -1,10 +1,11 @@
 /*
  * redact.c
- *		A forward pipeline's config as every output shows it
- *		(tide._relay_redact: relay_get_config, relay_list_configs): the
- *		secrets its sink's routine declares (RelaySinkRoutine.secret_keys)
- *		replaced by "********", so that no endpoint's keys are written in
- *		SQL.
+ *		A pipeline's config as every output shows it: the secrets its
+ *		endpoint's routine declares (RelaySinkRoutine.secret_keys,
+ *		RelaySourceRoutine.secret_keys) replaced by "********", so that no
+ *		endpoint's keys are written in SQL. tide._relay_redact shows a
+ *		forward pipeline's config (relay_get_config, relay_list_configs),
+ *		tide._relay_redact_source a reverse pipeline's.
  *
  * A declared key "a" or "a.b" names a value that is a secret: a string,
  * number or other scalar is replaced, an array's members are, one by one,
@@ -15,9 +16,12 @@
  * true}: the header of a webhook, a broker's "auth".
  *
  * A config whose type is unknown or whose module cannot be loaded here is
- * redacted conservatively: "signing_secret", "headers.*" and "auth.*"
- * (every key the relay's endpoints have declared so far), and any string,
- * at any depth, whose member name says it carries a credential.
+ * redacted conservatively. A forward pipeline's: "signing_secret",
+ * "headers.*" and "auth.*" (every key the relay's sinks have declared so
+ * far), and any string, at any depth, whose member name says it carries a
+ * credential. A reverse pipeline's: every string, at any depth, but for
+ * "inbox", "source_type" and secret references, since no source's keys
+ * can be assumed.
  */
 #include "postgres.h"
 
@@ -153,33 +157,112 @@ redact_named_strings(cJSON *node)
 	}
 }
 
-PG_FUNCTION_INFO_V1(tide_relay_redact);
+/* Redacts every string within v, but for secret references. */
+static void
+redact_strings(cJSON *v)
+{
+	cJSON	   *e;
+
+	if (cJSON_IsObject(v) &&
+		(cJSON_GetObjectItemCaseSensitive(v, "env") != NULL ||
+		 cJSON_GetObjectItemCaseSensitive(v, "file") != NULL))
+		return;
+	cJSON_ArrayForEach(e, v)
+	{
+		if (cJSON_IsString(e))
+			cJSON_SetValuestring(e, REDACTED);
+		else
+			redact_strings(e);
+	}
+}
+
+/* A forward pipeline's config of an unknown sink type, redacted (see above). */
+static void
+redact_unknown_sink(cJSON *config)
+{
+	redact_named_strings(config);
+	for (const char *const *k = conservative_keys; *k != NULL; k++)
+		redact_key(config, *k);
+}
+
+/* A reverse pipeline's config of an unknown source type, redacted (see above). */
+static void
+redact_unknown_source(cJSON *config)
+{
+	cJSON	   *e;
+
+	cJSON_ArrayForEach(e, config)
+	{
+		if (strcmp(e->string, "inbox") == 0 || strcmp(e->string, "source_type") == 0)
+			continue;
+		if (cJSON_IsString(e))
+			cJSON_SetValuestring(e, REDACTED);
+		else
+			redact_strings(e);
+	}
+}
 
 /*
- * tide._relay_redact(p_config jsonb): the config with the secrets its
- * type declares replaced by "********" (see above).
+ * A config with the secrets of its type (the member type_key names, of
+ * this kind) redacted: those the type declares, or when it is unknown
+ * here, those that `unknown` redacts.
+ */
+static Jsonb *
+redact_config(Jsonb *jb, RelayEndpointKind kind, const char *type_key,
+			  void (*unknown) (cJSON *config))
+{
+	cJSON	   *config;
+	Jsonb	   *volatile result = NULL;
+
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		return jb;
+	config = RelayConfigFromJsonb(jb);
+	/* cJSON's memory is malloc's: freed even when a cancel interrupts */
+	PG_TRY();
+	{
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, type_key);
+		const char *const *keys = NULL;
+
+		if (cJSON_IsString(type) && RelayEndpointSecretKeys(kind, type->valuestring, &keys))
+		{
+			for (const char *const *k = keys; k != NULL && *k != NULL; k++)
+				redact_key(config, *k);
+		}
+		else
+			unknown(config);
+		result = RelayConfigToJsonb(config);
+	}
+	PG_CATCH();
+	{
+		cJSON_Delete(config);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	cJSON_Delete(config);
+	return result;
+}
+
+PG_FUNCTION_INFO_V1(tide_relay_redact);
+PG_FUNCTION_INFO_V1(tide_relay_redact_source);
+
+/*
+ * tide._relay_redact(p_config jsonb): a forward pipeline's config with the
+ * secrets its sink type declares replaced by "********" (see above).
  */
 Datum
 tide_relay_redact(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
-	cJSON	   *config;
-	const cJSON *type;
-	const char *const *keys = NULL;
-	Jsonb	   *result;
+	PG_RETURN_JSONB_P(redact_config(PG_GETARG_JSONB_P(0), RELAY_ENDPOINT_SINK, "sink_type",
+									redact_unknown_sink));
+}
 
-	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
-		PG_RETURN_JSONB_P(jb);
-	config = RelayConfigFromJsonb(jb);
-	type = cJSON_GetObjectItemCaseSensitive(config, "sink_type");
-	if (!cJSON_IsString(type) || !RelayEndpointSecretKeys(RELAY_ENDPOINT_SINK, type->valuestring, &keys))
-	{
-		keys = conservative_keys;
-		redact_named_strings(config);
-	}
-	for (const char *const *k = keys; k != NULL && *k != NULL; k++)
-		redact_key(config, *k);
-	result = RelayConfigToJsonb(config);
-	cJSON_Delete(config);
-	PG_RETURN_JSONB_P(result);
+/*
+ * tide._relay_redact_source(p_config jsonb): a reverse pipeline's config
+ * with the secrets its source type declares replaced by "********".
+ */
+Datum
+tide_relay_redact_source(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_JSONB_P(redact_config(PG_GETARG_JSONB_P(0), RELAY_ENDPOINT_SOURCE, "source_type",
+									redact_unknown_source));
 }

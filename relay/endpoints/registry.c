@@ -15,7 +15,8 @@
  * and the client library's package when known.h names it.
  *
  * A name becomes part of a file name, so only lower-case letters, digits
- * and "_" are taken (no "/", no ".."): anything else is no type at all.
+ * and "_", from a letter, are taken (no "/", no ".."): anything else is no
+ * type at all.
  */
 #include "postgres.h"
 
@@ -60,13 +61,16 @@ static int	maxregistered;
 /* The longest type name: pg_tide_endpoint_<name> fits a symbol comfortably. */
 #define ENDPOINT_NAME_MAX 40
 
-/* Whether name can be a type's: 1 to 40 lower-case letters, digits, "_". */
+/*
+ * Whether name can be a type's: 1 to 40 lower-case letters, digits and
+ * "_", from a letter.
+ */
 static bool
 valid_name(const char *name)
 {
 	size_t		len = name ? strlen(name) : 0;
 
-	if (len == 0 || len > ENDPOINT_NAME_MAX)
+	if (len == 0 || len > ENDPOINT_NAME_MAX || name[0] < 'a' || name[0] > 'z')
 		return false;
 	for (const char *p = name; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
@@ -203,27 +207,28 @@ call_init(const char *library, const char *name, char **error)
 /*
  * The registered entry of a type, registering its endpoint first if need
  * be: from pg_tide.so, else from its module. NULL, with *error, when it
- * cannot be found or loaded.
+ * cannot be found or loaded; *error NULL: the name cannot be a type's.
  */
 static RegisteredType *
 load_type(RelayEndpointKind kind, const char *name, char **error)
 {
 	RegisteredType *t = find_registered(kind, name);
 	char	   *path;
+	bool		built_in;
 
-	if (t != NULL)
-		return t;
 	*error = NULL;
-	if (!valid_name(name))
-		return NULL;
+	if (t != NULL || !valid_name(name))
+		return t;
 	/* a built-in endpoint: its symbol is in pg_tide.so */
-	if (call_init("$libdir/pg_tide", name, error) &&
-		(t = find_registered(kind, name)) != NULL)
+	built_in = call_init("$libdir/pg_tide", name, error);
+	if (built_in && (t = find_registered(kind, name)) != NULL)
 		return t;
 	path = module_path(name);
 	if (!module_installed(name))
 	{
-		*error = psprintf("pg_tide_%s%s is not installed", name, DLSUFFIX);
+		*error = built_in
+			? psprintf("endpoint \"%s\" of pg_tide%s provides no %s", name, DLSUFFIX, kind_name(kind))
+			: psprintf("no module provides it: pg_tide_%s%s is not installed", name, DLSUFFIX);
 		return NULL;
 	}
 	if (!call_init(path, name, error))
@@ -278,15 +283,29 @@ RelaySinkLoad(const char *name)
 const RelaySinkRoutine *
 RelaySinkLookup(const char *name)
 {
-	RegisteredType *t = find_registered(RELAY_ENDPOINT_SINK, name);
-
-	return t ? t->routine : NULL;
+	return RelayEndpointLookup(RELAY_ENDPOINT_SINK, name);
 }
 
 const void *
 RelayEndpointLoad(RelayEndpointKind kind, const char *name)
 {
 	return load_or_error(kind, name)->routine;
+}
+
+const void *
+RelayEndpointFind(RelayEndpointKind kind, const char *name, char **error)
+{
+	RegisteredType *t = load_type(kind, name, error);
+
+	return t ? t->routine : NULL;
+}
+
+const void *
+RelayEndpointLookup(RelayEndpointKind kind, const char *name)
+{
+	RegisteredType *t = find_registered(kind, name);
+
+	return t ? t->routine : NULL;
 }
 
 bool

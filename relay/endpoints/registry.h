@@ -9,9 +9,8 @@
  *
  *		PGDLLEXPORT void pg_tide_endpoint_<name>(void);
  *
- * which calls RelayRegisterSink for its sink (and the source interface's
- * registration for its source, which files it here as RELAY_ENDPOINT_SOURCE
- * through RelayEndpointRegister).
+ * which calls RelayRegisterSink for its sink and RelayRegisterSource
+ * (source.h) for its source, which files it here as RELAY_ENDPOINT_SOURCE.
  * A type is looked up in what is registered; when absent, the symbol is
  * looked for in pg_tide.so (a built-in endpoint: webhook, file), then in
  * $libdir/pg_tide_<name>.so (a module, linked with its client library, so
@@ -66,8 +65,17 @@ extern int	no_such_variable
 extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLoad(const char *name);
 extern PGDLLEXPORT const RelaySinkRoutine *RelaySinkLookup(const char *name);
 
-/* The routine of a type of any kind, as RelaySinkLoad. */
+/*
+ * The routine of a type of any kind: RelayEndpointLoad as RelaySinkLoad;
+ * RelayEndpointFind the same, but NULL instead of the ERROR, with *error
+ * saying why (left NULL when the name cannot be a type's), for a kind
+ * whose errors say more (source.h); RelayEndpointLookup as
+ * RelaySinkLookup.
+ */
 extern PGDLLEXPORT const void *RelayEndpointLoad(RelayEndpointKind kind, const char *name);
+extern PGDLLEXPORT const void *RelayEndpointFind(RelayEndpointKind kind, const char *name,
+												 char **error);
+extern PGDLLEXPORT const void *RelayEndpointLookup(RelayEndpointKind kind, const char *name);
 
 /*
  * Whether name is a type of this kind that this server knows (built, or a

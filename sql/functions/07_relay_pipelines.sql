@@ -49,7 +49,7 @@ GRANT EXECUTE ON FUNCTION tide._relay_check_pipeline_name(text,boolean) TO tide_
 
 -- A reverse pipeline's config with the secrets its source type declares
 -- shown as ********; when no endpoint on this server provides the type,
--- every string but inbox and source_type (relay/source_redact.c).
+-- every string but inbox and source_type (relay/endpoints/redact.c).
 CREATE OR REPLACE FUNCTION tide._relay_redact_source(p_config jsonb)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'tide_relay_redact_source'

@@ -1,14 +1,17 @@
 /*
  * probe.c
- *		A sink that no file of pg_tide names, built as pg_tide_probe.so for
- *		TAP 075 (never installed by make install): the relay must find it by
- *		its file name and its init symbol alone (relay/endpoints/registry.c),
- *		and redact the key it declares secret. It takes "secret_word", a
- *		string, and delivers every message at once.
+ *		An endpoint that no file of pg_tide names, built as pg_tide_probe.so
+ *		for TAP 075 (never installed by make install): the relay must find
+ *		it by its file name and its init symbol alone (relay/endpoints/
+ *		registry.c), and redact the keys it declares secret. Its sink takes
+ *		"secret_word", a string, and delivers every message at once; its
+ *		source (config only, as source.h has it) takes "secret_word" and
+ *		"auth", an object whose credentials are secrets.
  */
 #include "postgres.h"
 
 #include "config_value.h"
+#include "source.h"
 #include "endpoints/registry.h"
 
 PG_MODULE_MAGIC;
@@ -76,5 +79,32 @@ static const RelaySinkRoutine probe_routine = {
 	.cancel = probe_cancel,
 };
 
-/* The module's init symbol, pg_tide_endpoint_probe. */
-RELAY_SINK_ENDPOINT(probe, probe_routine);
+static const char *const probe_source_config_keys[] = {"secret_word", "auth", NULL};
+static const char *const probe_source_secret_keys[] = {"secret_word", "auth.*", NULL};
+
+/* Takes "secret_word" as the sink does, and "auth" as it is. */
+static void
+probe_source_validate(const cJSON *config, cJSON *out)
+{
+	const cJSON *auth = cJSON_GetObjectItemCaseSensitive(config, "auth");
+
+	probe_validate(config, out);
+	if (auth != NULL)
+		RelayConfigAddCopy(out, "auth", auth);
+}
+
+static const RelaySourceRoutine probe_source_routine = {
+	.name = "probe",
+	.config_keys = probe_source_config_keys,
+	.secret_keys = probe_source_secret_keys,
+	.validate = probe_source_validate,
+};
+
+/* The module's init symbol, pg_tide_endpoint_probe: a sink and a source. */
+extern PGDLLEXPORT void pg_tide_endpoint_probe(void);
+void
+pg_tide_endpoint_probe(void)
+{
+	RelayRegisterSink(&probe_routine);
+	RelayRegisterSource(&probe_source_routine);
+}

@@ -59,5 +59,6 @@ SELECT tide.relay_delete('ris_pipe');
 SELECT tide.inbox_drop('ris_hidden');
 SELECT tide.inbox_drop('ris_closed');
 SELECT tide.inbox_drop('ris_in');
+SELECT tide.outbox_drop('ris_orders');
 DROP SCHEMA ris_private;
 DROP ROLE regress_ris_admin;

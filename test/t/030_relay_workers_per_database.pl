@@ -30,7 +30,7 @@ $rcv->control({ delay_ms => 40 });
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 my @pipelines = map { sprintf('p%02d', $_) } 1 .. 12;
-my $lock_key = 0x74696465;	# RELAY_PIPELINE_LOCK_KEY, relay/relay.h
+my $lock_key = 0x74696465;	# RELAY_PIPELINE_LOCK_KEY, relay/relay_xact.h
 
 sql("SELECT tide.outbox_create('orders')");
 for my $p (@pipelines)

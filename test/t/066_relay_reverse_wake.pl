@@ -4,8 +4,8 @@
 # starts a worker for a database that has none at once, rather than at the
 # next periodic look (a minute here). The worker's start is read from the
 # server log (the postmaster's "starting background worker process" at
-# DEBUG1), since a worker that finds no forward pipeline to serve leaves
-# again within moments.
+# DEBUG1), since a worker that finds no enabled pipeline to serve leaves
+# again within moments; one that finds an enabled reverse pipeline stays.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -68,6 +68,10 @@ ok(starts_worker("SELECT tide.relay_disable('rw')"),
 	'disabling a reverse pipeline starts a relay worker for its database');
 ok(starts_worker("SELECT tide.relay_enable('rw')"),
 	'enabling a reverse pipeline starts a relay worker for its database');
+# an enabled reverse pipeline is the worker's work: it stays (on_demand.c)
+usleep(1_500_000);
+is(workers(), '1', 'the worker stays while a reverse pipeline is enabled');
+sql("SELECT tide.relay_disable('rw')");
 ok(starts_worker("SELECT tide.relay_delete('rw')"),
 	'deleting a reverse pipeline starts a relay worker for its database');
 is(sql("SELECT count(*) FROM tide.relay_inbox_config"), '0', 'and the pipeline is gone');

@@ -5,11 +5,14 @@
 #    delivers through it;
 #  - relay_get_config and relay_list_configs redact the key it declares
 #    secret;
+#  - its source, registered by the same init symbol, is found by the same
+#    registry, and a reverse config is redacted by the same rules as a
+#    sink's ("auth.*": the members of "auth" that carry a credential);
 #  - the hint for an unknown sink type lists it after the types pg_tide was
 #    built with;
 #  - a pg_tide_<name>.so without the init symbol pg_tide_endpoint_<name> is
 #    refused with 42704, saying so, and a type name that is not lower-case
-#    letters, digits and "_" names no file at all.
+#    letters, digits and "_", from a letter, names no file at all.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -26,6 +29,8 @@ my ($install, $libdir) = installation_copy();
 copy($probe, "$libdir/pg_tide_probe.so") or die "cannot copy $probe: $!";
 # the same module under another name: it has no pg_tide_endpoint_nosymbol
 copy($probe, "$libdir/pg_tide_nosymbol.so") or die "cannot copy $probe: $!";
+# and under a name that cannot be a type's: it starts with a digit
+copy($probe, "$libdir/pg_tide_9probe.so") or die "cannot copy $probe: $!";
 
 my $node = PostgreSQL::Test::Cluster->new('endpoint', install_path => $install);
 $node->init;
@@ -61,11 +66,22 @@ ok($node->poll_query_until('postgres',
 		"SELECT last_change_id = $last FROM tide.relay_consumer_offsets WHERE pipeline_id = 'to_probe'"),
 	'the relay worker delivers all 50 messages through the module');
 
+sql("SELECT tide.inbox_create('probe_in')");
+is(sql("SELECT tide._relay_normalize_reverse_config('probe_in',
+	'{\"source_type\": \"probe\", \"secret_word\": \"swordfish\"}') ->> 'source_type'"),
+	'probe', 'a source type that only a module in $libdir provides is accepted');
+is(sql("SELECT r ->> 'secret_word' || ' ' || (r -> 'auth' ->> 'password') || ' ' || (r -> 'auth' ->> 'user')
+	  FROM tide._relay_redact_source('{\"source_type\": \"probe\", \"inbox\": \"probe_in\",
+		\"secret_word\": \"swordfish\", \"auth\": {\"password\": \"hunter2\", \"user\": \"relay\"}}') AS r"),
+	'******** ******** relay',
+	'a reverse config hides the keys its source declares, "auth.*" as a sink\'s does');
+
 my $err = error_of("SELECT tide._relay_normalize_config('orders', 'g', '{\"sink_type\": \"sqs\"}')");
 like($err, qr/ERROR:\s+22023: invalid value "sqs" for config key "sink_type"/,
 	'an unknown sink type is refused with 22023');
 like($err, qr/HINT:.*one of: 'webhook', 'file', .*'nosymbol', 'probe'\./,
 	'its hint lists the built types, then the modules found in $libdir');
+unlike($err, qr/9probe/, 'but not a module whose name cannot be a type\'s');
 
 $err = error_of("SELECT tide._relay_normalize_config('orders', 'g', '{\"sink_type\": \"nosymbol\"}')");
 like($err, qr/ERROR:\s+42704: sink type "nosymbol" is not available on this server/,

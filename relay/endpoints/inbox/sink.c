@@ -256,7 +256,12 @@ writable_target(InboxSink *sink, const char *pipeline)
 		CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, rights_changed, (Datum) 0);
 		rights_callbacks = true;
 	}
-	/* taking the lock reads the invalidations that came meanwhile: look again */
+	/*
+	 * Taking the lock reads the invalidations that came meanwhile: look
+	 * again, once. A lookup made in this transaction after the lock is
+	 * current for it; should invalidations keep coming, the next batch looks
+	 * again (target_generation is as of before the lookup).
+	 */
 	for (int tries = 0; tries < 2 && sink->target_generation != rights_generation; tries++)
 	{
 		uint64		generation = rights_generation;
@@ -288,11 +293,6 @@ writable_target(InboxSink *sink, const char *pipeline)
 							 t->table)));
 		sink->target_generation = generation;
 	}
-	if (sink->target_generation != rights_generation)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("inbox \"%s\" of pipeline \"%s\" keeps changing", sink->inbox, pipeline),
-				 errhint("The pipeline is tried again later.")));
 	return t;
 }
 
@@ -312,8 +312,8 @@ inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nms
 	int			save_nestlevel;
 
 	/*
-	 * The lock is taken by every batch: the first in the transaction (a
-	 * kept lookup's lock went with the last batch's transaction).
+	 * A kept lookup's lock went with the last batch's transaction: lock
+	 * again, and look again if that brought an invalidation.
 	 */
 	t = writable_target(sink, pipeline);
 	LockRelationOid(t->relid, RowExclusiveLock);

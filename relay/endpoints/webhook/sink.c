@@ -67,13 +67,15 @@
 
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "address.h"
 #include "events.h"
-#include "relay.h"
+#include "relay_init.h"
+#include "secrets.h"
 #include "signature.h"
 #include "sink.h"
 #include "endpoints/registry.h"
@@ -86,6 +88,12 @@
 /* Easy handles a pool keeps to use again rather than make anew. */
 #define WEBHOOK_IDLE_HANDLES	64
 #define WEBHOOK_HOST_KEY_SIZE	256
+
+/*
+ * pg_tide.relay_max_connections: the connections each multi handle keeps
+ * open at most.
+ */
+static int	max_connections = 256;
 
 /* A webhook pipeline's settings, from its config. */
 typedef struct WebhookSinkConfig
@@ -869,9 +877,24 @@ get_pool(bool allow_private)
 	 * attached, so a batch's last requests, and the pause between two
 	 * batches, would close the connections the next batch opens again.
 	 */
-	curl_multi_setopt(pool->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) RelayMaxConnections);
-	curl_multi_setopt(pool->multi, CURLMOPT_MAXCONNECTS, (long) RelayMaxConnections);
+	curl_multi_setopt(pool->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) max_connections);
+	curl_multi_setopt(pool->multi, CURLMOPT_MAXCONNECTS, (long) max_connections);
 	return pool;
+}
+
+/* Defines the webhook sink's settings; called from _PG_init when preloaded. */
+void
+RelayDefineWebhookGucs(void)
+{
+	DefineCustomIntVariable("pg_tide.relay_max_connections",
+							"How many connections a relay worker keeps open at most.",
+							"Bounds the webhook connections of each worker, for its pipelines "
+							"with and without allow_private_network each; requests beyond it "
+							"wait for a connection.",
+							&max_connections,
+							256, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 }
 
 /* Milliseconds from now until t (negative once passed). */

@@ -1,0 +1,77 @@
+# Two clusters for the tests of the postgres endpoint (test/t/068, 069): a
+# remote database reached over TCP on 127.0.0.1 as a role that logs in with
+# a password, and faults on both sides while messages go through.
+package PgTide::Remote;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use Test::More;
+use Time::HiRes qw(time usleep);
+use PgTide::TestNode qw(tide_node wait_until);
+
+our @EXPORT = qw(remote_node random_faults);
+
+# The password of role relay on a remote node.
+our $PASSWORD = 'relay-secret';
+
+# remote_node($name, $extra_conf, @hba): a node with pg_tide listening on
+# 127.0.0.1 (its own relay off), role relay (LOGIN, tide_consumer, password
+# $PASSWORD), and a pg_hba.conf that trusts the local socket and asks relay
+# for its password over TCP (scram-sha-256), then the lines @hba.
+sub remote_node
+{
+	my ($name, $extra_conf, @hba) = @_;
+	my $node = tide_node($name, "listen_addresses = '127.0.0.1'\npg_tide.relay_enabled = off\n"
+		  . "log_statement = none\n" . ($extra_conf // ''));
+	$node->safe_psql('postgres', "CREATE ROLE relay LOGIN PASSWORD '$PASSWORD' IN ROLE tide_consumer");
+	open my $f, '>', $node->data_dir . '/pg_hba.conf' or die "remote_node: $!";
+	print $f join("\n", 'local all all trust', 'host all relay 127.0.0.1/32 scram-sha-256', @hba), "\n";
+	close $f;
+	$node->reload;
+	return $node;
+}
+
+# Starts a node again after kill -9 of its postmaster: a start fails while
+# the old server's processes still hold its shared memory, and the node
+# then believes it runs, so it is told otherwise before each try.
+sub restart_after_kill9
+{
+	my ($node, $what) = @_;
+	$node->kill9;
+	defined wait_until(sub { $node->{_pid} = undef; $node->start(fail_ok => 1) }, 30, 200_000)
+	  or BAIL_OUT("$what does not start again after kill -9");
+}
+
+# random_faults($seconds, $seed, $work, $local, $remote): until $seconds
+# have passed, runs $work->() (which publishes), waits up to 0.7 s, then
+# makes one fault at random: kill -9 of the local or of the remote
+# postmaster (started again at once), or SIGTERM of the local relay worker
+# (the launcher starts another). Returns the faults made by kind.
+sub random_faults
+{
+	my ($seconds, $seed, $work, $local, $remote) = @_;
+	my %faults = (local => 0, remote => 0, worker => 0);
+	my $until = time() + $seconds;
+
+	srand($seed);
+	while (time() < $until)
+	{
+		$work->();
+		usleep(int(rand(700_000)));
+		my $what = (qw(local remote worker))[ int(rand(3)) ];
+		if ($what eq 'worker')
+		{
+			$local->safe_psql('postgres',
+				"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker'");
+		}
+		else
+		{
+			restart_after_kill9($what eq 'local' ? $local : $remote, $what);
+		}
+		$faults{$what}++;
+	}
+	return \%faults;
+}
+
+1;
