@@ -55,6 +55,8 @@
 #              is measured over (default 60: a whole minute holds the
 #              worker's once-a-minute sweep and attempt-log trim exactly once,
 #              where a shorter window holds them or not by chance)
+#   FANOUT     1 (default): the runs with many pipelines also fan messages
+#              out to them; 0 measures the worker's CPU at rest alone
 #   FANOUT_SETTLE_SECONDS  how long after the fan-out the worker's private
 #              memory is measured again (default 5), to be compared with
 #              its size at rest before it
@@ -62,7 +64,8 @@
 #              alone; "many" for the runs with many pipelines alone;
 #              "ordering" for mode single with ordering relaxed and "key"
 #              alone; "single" for mode single beside libcurl alone
-#              (curl_client.c) alone; "core" for everything but the runs
+#              (curl_client.c) alone; "latency" for the latency runs at
+#              RATES alone; "core" for everything but the runs
 #              with several workers and with many pipelines (what an
 #              earlier version's relay.sh measures too, for a comparison
 #              in one sitting)
@@ -126,6 +129,7 @@ PARTS=${PARTS:-all}
 MANY_PIPELINES=${MANY_PIPELINES:-1000}
 FANOUT_N=${FANOUT_N:-100}
 FANOUT_SETTLE_SECONDS=${FANOUT_SETTLE_SECONDS:-5}
+FANOUT=${FANOUT:-1}
 REST_SECONDS=${REST_SECONDS:-60}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-16}
 BATCH_SIZE=${BATCH_SIZE:-1000}
@@ -727,7 +731,9 @@ many_rounds() {
 	log "$REPEATS rounds: $MANY_PIPELINES idle pipelines for ${REST_SECONDS}s; $FANOUT_N messages to $MANY_PIPELINES webhook pipelines against one pipeline"
 	for round in $(seq 1 "$REPEATS"); do
 		rest_cpu "$round"
-		fanout "$round"
+		if [ "$FANOUT" = 1 ]; then
+			fanout "$round"
+		fi
 	done
 }
 
@@ -790,6 +796,12 @@ for round in $(seq 1 "$REPEATS"); do
 		throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
 		continue
 	fi
+	if [ "$PARTS" = latency ]; then
+		for rate in $RATES; do
+			latency "$round" "$rate"
+		done
+		continue
+	fi
 	wrk_run "$MAX_IN_FLIGHT" "$round"
 	curl_run "$round"
 	throughput single single "$N_SINGLE" "$SINGLE_CFG" "$round"
@@ -822,6 +834,7 @@ if [ "$PARTS" = ordering ]; then
 	exit 0
 fi
 [ "$PARTS" = single ] && exit 0
+[ "$PARTS" = latency ] && exit 0
 
 log "results (median of $REPEATS rounds, [min to max]; ratios taken within each round)"
 awk -F'\t' -v rounds="$REPEATS" -v wc="wrk_c$MAX_IN_FLIGHT" -v mif="$MAX_IN_FLIGHT" -v lrate="${RATES%% *}" '
