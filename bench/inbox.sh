@@ -38,8 +38,6 @@ PRELOADED=100000
 # Pending messages before a claim_mark run: more than a run can process.
 PENDING=400000
 
-scalar() { psql_db -A -t -c "$1"; }
-
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
 

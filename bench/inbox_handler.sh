@@ -40,8 +40,6 @@ REPEATS=${REPEATS:-3}
 RATE=${RATE:-200}
 DURATION=${DURATION:-20}
 
-scalar() { psql_db -A -t -c "$1"; }
-
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
 : >"$TIDE_CLUSTER/raw.tsv"

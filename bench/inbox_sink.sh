@@ -49,8 +49,6 @@ N=${N:-100000}
 BATCH_SIZE=${BATCH_SIZE:-1000}
 REPEATS=${REPEATS:-3}
 
-scalar() { psql_db -A -t -c "$1"; }
-
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
 

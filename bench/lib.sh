@@ -52,23 +52,33 @@ bench_cleanup() {
 trap bench_cleanup EXIT
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+# scalar <sql>: the one value the query returns, unaligned.
+scalar() { psql_db -A -t -c "$1"; }
 
-# bench_publish <outbox> <n>: publishes n messages (bench.payload,
-# bench.headers) into the outbox, 10,000 per transaction.
-bench_publish() {
-	psql_db >/dev/null <<SQL
+# bench_publish_sql <outbox> <n> [headers]: prints the SQL that publishes
+# n messages (bench.payload) into the outbox, 10,000 per transaction, each
+# transaction's with the headers (an SQL expression of c, the transaction's
+# number; default bench.headers(c)).
+bench_publish_sql() {
+	cat <<SQL
 DO \$\$
 BEGIN
 	FOR c IN 0 .. ($2 - 1) / 10000 LOOP
 		PERFORM tide.outbox_publish_batch('$1',
 			(SELECT array_agg(bench.payload(i) ORDER BY i)
 			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $2 - 1)) i),
-			bench.headers(c));
+			${3:-bench.headers(c)});
 		COMMIT;
 	END LOOP;
 END
 \$\$;
 SQL
+}
+
+# bench_publish <outbox> <n>: publishes n messages (bench.payload,
+# bench.headers) into the outbox, 10,000 per transaction.
+bench_publish() {
+	bench_publish_sql "$1" "$2" | psql_db >/dev/null
 }
 
 # bench_wait_recorded <pipeline> <last id> [seconds]: waits until the

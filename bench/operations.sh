@@ -212,20 +212,8 @@ prepare_round() {
 			echo "SELECT tide.relay_disable('${ob}_$v');"
 			echo "COMMIT;"
 		done
-		cat <<SQL
-DO \$\$
-BEGIN
-	FOR c IN 0 .. ($n - 1) / 10000 LOOP
-		PERFORM tide.outbox_publish_batch('$ob',
-			(SELECT array_agg(bench.payload(i) ORDER BY i)
-			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $n - 1)) i),
-			bench.headers(c));
-		COMMIT;
-	END LOOP;
-END
-\$\$;
-VACUUM ANALYZE tide.tide_outbox_messages;
-SQL
+		bench_publish_sql "$ob" "$n"
+		echo "VACUUM ANALYZE tide.tide_outbox_messages;"
 	} | psql_db >/dev/null
 }
 

@@ -80,20 +80,10 @@ REMOTE_CONN="host=127.0.0.1 port=$TIDE_PORT dbname=$REMOTE_DB user=postgres"
 backlog() {
 	$1 -c "SELECT tide.outbox_create('$2', p_inline_threshold => 2000000000)" \
 		-c "SELECT tide.create_consumer_group('$2', '$2')" >/dev/null
-	$1 >/dev/null <<SQL
-DO \$\$
-BEGIN
-	FOR c IN 0 .. ($N - 1) / 10000 LOOP
-		PERFORM tide.outbox_publish_batch('$2',
-			(SELECT array_agg(bench.payload(i) ORDER BY i)
-			   FROM generate_series(c * 10000::bigint, least(c * 10000 + 9999, $N - 1)) i),
-			'{"type": "order.created"}');
-		COMMIT;
-	END LOOP;
-END
-\$\$;
-VACUUM ANALYZE tide.tide_outbox_messages;
-SQL
+	{
+		bench_publish_sql "$2" "$N" "'{\"type\": \"order.created\"}'"
+		echo "VACUUM ANALYZE tide.tide_outbox_messages;"
+	} | $1 >/dev/null
 	for db in psql_db psql_remote; do
 		$db -c "TRUNCATE tide.bench_inbox" -c "VACUUM ANALYZE tide.bench_inbox" -c CHECKPOINT >/dev/null
 	done

@@ -355,6 +355,16 @@ RelayConfigCheckSecretRef(const char *key, const cJSON *ref)
 		RelayConfigError(hint, "config key \"%s\" is not a valid secret reference", key);
 }
 
+void
+RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint)
+{
+	RelayConfigCheckType(key, v, "string", hint);
+	if (v->valuestring[0] == '\0')
+		RelayConfigError(hint, "config key \"%s\" must not be empty", key);
+	if (strlen(v->valuestring) > 255 || RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
+		RelayConfigError(hint, "config key \"%s\" must have at most 255 bytes and no control characters", key);
+}
+
 bool
 RelayConfigMatches(const char *s, const char *pattern)
 {

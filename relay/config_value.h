@@ -76,6 +76,12 @@ extern PGDLLEXPORT const char *RelayConfigChoice(const cJSON *obj, const char *k
  */
 extern PGDLLEXPORT void RelayConfigCheckSecretRef(const char *key, const cJSON *ref);
 
+/*
+ * Refuses a value that cannot name a message header: not a string, empty,
+ * longer than 255 bytes or with control characters.
+ */
+extern PGDLLEXPORT void RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint);
+
 /* Whether a string matches a regular expression, as SQL's ~ matches it. */
 extern PGDLLEXPORT bool RelayConfigMatches(const char *s, const char *pattern);
 

@@ -79,33 +79,6 @@ typedef struct HandlerPlans
 
 static HTAB *plans = NULL;
 
-/* A text value of the current SPI row, or NULL. */
-static char *
-spi_text(int col)
-{
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col);
-}
-
-/* A bool of the current SPI row; false when NULL. */
-static bool
-spi_bool(int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
-
-	return !isnull && DatumGetBool(d);
-}
-
-/* An int4 or oid of the current SPI row; 0 when NULL. */
-static Datum
-spi_value(int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
-
-	return isnull ? (Datum) 0 : d;
-}
-
 /* Step 1: reads the inbox's enabled handler; false when it has none. */
 static bool
 read_handler(const char *inbox, HandlerRow *row)
@@ -136,15 +109,15 @@ read_handler(const char *inbox, HandlerRow *row)
 		elog(ERROR, "could not read the handler of inbox \"%s\"", inbox);
 	if (SPI_processed == 0)
 		return false;
-	row->run_as = DatumGetObjectId(spi_value(1));
-	row->batch_size = DatumGetInt32(spi_value(2));
-	row->concurrency = DatumGetInt32(spi_value(3));
-	row->max_retries = DatumGetInt32(spi_value(4));
-	row->table = spi_text(5);
-	row->function = spi_text(7);
-	row->was_held = spi_bool(12);
-	row->problem = InboxHandlerCheck(inbox, DatumGetObjectId(spi_value(6)), DatumGetObjectId(spi_value(8)),
-									 spi_text(9), spi_bool(10), spi_text(11), &p);
+	row->run_as = DatumGetObjectId(TideSpiDatum(1));
+	row->batch_size = DatumGetInt32(TideSpiDatum(2));
+	row->concurrency = DatumGetInt32(TideSpiDatum(3));
+	row->max_retries = DatumGetInt32(TideSpiDatum(4));
+	row->table = TideSpiText(5);
+	row->function = TideSpiText(7);
+	row->was_held = TideSpiBool(12);
+	row->problem = InboxHandlerCheck(inbox, DatumGetObjectId(TideSpiDatum(6)), DatumGetObjectId(TideSpiDatum(8)),
+									 TideSpiText(9), TideSpiBool(10), TideSpiText(11), &p);
 	return true;
 }
 

@@ -198,7 +198,7 @@ read_group(const char *group, bool lock)
 		elog(ERROR, "could not read consumer group \"%s\"", group);
 	if (SPI_processed == 0)
 		no_such_group(group);
-	state.outbox = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	state.outbox = TideSpiText(1);
 	state.leased_upto = TideSpiInt64(2, &isnull);
 	require_position(group, isnull);
 	return state;
@@ -224,11 +224,10 @@ peek_group(const char *group)
 		elog(ERROR, "could not read consumer group \"%s\"", group);
 	if (SPI_processed == 0)
 		no_such_group(group);
-	state.outbox = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	state.outbox = TideSpiText(1);
 	state.leased_upto = TideSpiInt64(2, &isnull);
 	require_position(group, isnull);
-	state.has_expired_lease = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-														 SPI_tuptable->tupdesc, 3, &isnull));
+	state.has_expired_lease = TideSpiBool(3);
 	return state;
 }
 
@@ -474,7 +473,7 @@ poll_expired_lease(Poll *poll)
 			elog(ERROR, "could not read expired leases");
 		if (SPI_processed == 0)
 			return false;
-		holder = CStringGetTextDatum(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		holder = CStringGetTextDatum(TideSpiText(1));
 		start = TideSpiInt64(2, &isnull);
 		end = TideSpiInt64(3, &isnull);
 

@@ -31,6 +31,9 @@ extern void TideValidateConsumerId(const char *id);
 /* spi_plans.c: saved SPI plans and their results */
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
 extern int64 TideSpiInt64(int col, bool *isnull);
+extern Datum TideSpiDatum(int col);
+extern bool TideSpiBool(int col);
+extern char *TideSpiText(int col);
 
 /* catalog_version.c: the database's catalog version against the library's */
 extern char *TideInstalledVersion(void);

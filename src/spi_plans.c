@@ -38,3 +38,27 @@ TideSpiInt64(int col, bool *isnull)
 
 	return *isnull ? -1 : DatumGetInt64(value);
 }
+
+/* Column `col` (1-based) of the first SPI result row; NULL as (Datum) 0. */
+Datum
+TideSpiDatum(int col)
+{
+	bool		isnull;
+	Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+
+	return isnull ? (Datum) 0 : value;
+}
+
+/* Column `col` (1-based) of the first SPI result row as a bool; NULL as false. */
+bool
+TideSpiBool(int col)
+{
+	return DatumGetBool(TideSpiDatum(col));
+}
+
+/* Column `col` (1-based) of the first SPI result row as text; NULL as NULL. */
+char *
+TideSpiText(int col)
+{
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col);
+}

@@ -579,6 +579,23 @@ COMMENT ON FUNCTION tide.inbox_mark_failed(text, text, text)
 REVOKE ALL ON FUNCTION tide.inbox_mark_failed(text,text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.inbox_mark_failed(text,text,text) TO tide_admin, tide_consumer;
 
+-- Refuses a NULL handler argument (tide.inbox_process and
+-- tide.inbox_set_handler); p_hint says what each caller takes instead.
+CREATE OR REPLACE FUNCTION tide._check_handler_given(p_handler oid, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+	IF p_handler IS NULL THEN
+		RAISE EXCEPTION 'handler must not be null'
+			USING ERRCODE = 'null_value_not_allowed', HINT = p_hint;
+	END IF;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._check_handler_given(oid,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._check_handler_given(oid,text) TO tide_admin, tide_consumer;
+
 CREATE OR REPLACE FUNCTION tide.inbox_process(p_name text, p_handler regproc, p_batch_size int DEFAULT 100)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -596,11 +613,7 @@ DECLARE
 	msg text;
 BEGIN
 	cfg := tide._inbox_config(p_name);
-	IF p_handler IS NULL THEN
-		RAISE EXCEPTION 'handler must not be null'
-			USING ERRCODE = 'null_value_not_allowed',
-				  HINT = 'Pass a function that takes the inbox''s row type.';
-	END IF;
+	PERFORM tide._check_handler_given(p_handler, 'Pass a function that takes the inbox''s row type.');
 	PERFORM tide._check_batch_size(p_batch_size);
 	tbl := tide._inbox_table(cfg);
 	rowtype := (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid = tbl::regclass);

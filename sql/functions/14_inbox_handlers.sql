@@ -158,11 +158,8 @@ DECLARE
 	enabled boolean;
 BEGIN
 	cfg := tide._inbox_config(p_inbox);
-	IF p_handler IS NULL THEN
-		RAISE EXCEPTION 'handler must not be null'
-			USING ERRCODE = 'null_value_not_allowed',
-				  HINT = 'Pass a function that takes the inbox''s row type, or remove the handler with tide.inbox_drop_handler().';
-	END IF;
+	PERFORM tide._check_handler_given(p_handler,
+		'Pass a function that takes the inbox''s row type, or remove the handler with tide.inbox_drop_handler().');
 	IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
 		-- refused as the row's trigger refuses it
 		PERFORM tide._inbox_handler_config(p_config);

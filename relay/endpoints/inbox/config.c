@@ -72,17 +72,10 @@ RelayInboxLookup(const char *inbox, Oid role, const char *pipeline, RelayInboxTa
 		elog(ERROR, "could not look up inbox \"%s\"", inbox);
 	if (SPI_processed == 1)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		d;
-
-		d = SPI_getbinval(tup, desc, 1, &isnull);
-		t->relid = isnull ? InvalidOid : DatumGetObjectId(d);
-		t->table = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
-		d = SPI_getbinval(tup, desc, 3, &isnull);
-		t->role = isnull ? InvalidOid : DatumGetObjectId(d);
-		t->writable = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)) && !isnull;
+		t->relid = DatumGetObjectId(TideSpiDatum(1));
+		t->table = MemoryContextStrdup(cxt, TideSpiText(2));
+		t->role = DatumGetObjectId(TideSpiDatum(3));
+		t->writable = TideSpiBool(4);
 	}
 	SPI_finish();
 }
@@ -118,13 +111,7 @@ RelayInboxValidate(const cJSON *config, cJSON *out)
 	RelayConfigCheckType("inbox", inbox, "string", hint);
 	TideValidateName("inbox", inbox->valuestring);
 	if (header != NULL)
-	{
-		RelayConfigCheckType("event_id_header", header, "string", header_hint);
-		if (header->valuestring[0] == '\0')
-			RelayConfigError(header_hint, "config key \"event_id_header\" must not be empty");
-		if (strlen(header->valuestring) > 255 || RelayConfigMatches(header->valuestring, "[[:cntrl:]]"))
-			RelayConfigError(header_hint, "config key \"event_id_header\" must have at most 255 bytes and no control characters");
-	}
+		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
 	if (!in_relay_worker())
 	{
 		Oid			role = RelayConfigRole();

@@ -188,11 +188,7 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddCopy(out, "inbox", inbox);
 	if (header != NULL)
 	{
-		RelayConfigCheckType("event_id_header", header, "string", header_hint);
-		if (header->valuestring[0] == '\0' || strlen(header->valuestring) > 255 ||
-			RelayConfigMatches(header->valuestring, "[[:cntrl:]]"))
-			RelayConfigError(header_hint,
-							 "config key \"event_id_header\" must have 1 to 255 bytes and no control characters");
+		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
 		RelayConfigAddCopy(out, "event_id_header", header);
 	}
 	RemoteValidateConnection(config, out);
