@@ -70,7 +70,7 @@ handler_read(RelayFlowReading *reading)
 		return;
 	SPI_connect();
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT h.inbox_name, md5(h::text) FROM tide.relay_inbox_handlers h"
+								  "SELECT h.inbox_name, pg_catalog.md5(h::text) FROM tide.relay_inbox_handlers h"
 								  " WHERE h.enabled ORDER BY h.inbox_name",
 								  0, NULL),
 						 NULL, NULL, true, 0) != SPI_OK_SELECT)

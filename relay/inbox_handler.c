@@ -90,20 +90,20 @@ read_handler(const char *inbox, HandlerRow *row)
 
 	args[0] = CStringGetTextDatum(inbox);
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT r.oid, (h.config ->> 'batch_size')::int,"
-								  "       (h.config ->> 'concurrency')::int, c.max_retries,"
-								  "       tide._inbox_table(c), to_regclass(tide._inbox_table(c))::oid,"
-								  "       CASE WHEN p.oid IS NOT NULL THEN format('%I.%I', n.nspname, p.proname) END,"
+								  "SELECT r.oid, (h.config OPERATOR(pg_catalog.->>) 'batch_size')::int,"
+								  "       (h.config OPERATOR(pg_catalog.->>) 'concurrency')::int, c.max_retries,"
+								  "       tide._inbox_table(c), pg_catalog.to_regclass(tide._inbox_table(c))::oid,"
+								  "       CASE WHEN p.oid IS NOT NULL THEN pg_catalog.format('%I.%I', n.nspname, p.proname) END,"
 								  "       h.handler::oid, h.run_as,"
-								  "       (h.config ->> 'allow_superuser')::boolean, h.owner,"
+								  "       (h.config OPERATOR(pg_catalog.->>) 'allow_superuser')::boolean, h.owner,"
 								  "       s.held_since IS NOT NULL"
 								  "  FROM tide.relay_inbox_handlers h"
-								  "  JOIN tide.tide_inbox_config c ON c.inbox_name = h.inbox_name"
-								  "  LEFT JOIN pg_catalog.pg_roles r ON r.rolname = h.run_as"
-								  "  LEFT JOIN pg_catalog.pg_proc p ON p.oid = h.handler"
-								  "  LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
-								  "  LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name = h.inbox_name"
-								  " WHERE h.inbox_name = $1 AND h.enabled",
+								  "  JOIN tide.tide_inbox_config c ON c.inbox_name OPERATOR(pg_catalog.=) h.inbox_name"
+								  "  LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) h.run_as"
+								  "  LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) h.handler"
+								  "  LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
+								  "  LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name OPERATOR(pg_catalog.=) h.inbox_name"
+								  " WHERE h.inbox_name OPERATOR(pg_catalog.=) $1 AND h.enabled",
 								  1, argtypes),
 						 args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the handler of inbox \"%s\"", inbox);
@@ -174,19 +174,19 @@ inbox_plans(const char *inbox, const HandlerRow *row)
 	hp->function = MemoryContextStrdup(TopMemoryContext, row->function);
 	hp->claim = keep_plan(psprintf("SELECT t.id FROM %s t"
 								   " WHERE t.processed_at IS NULL AND t.dead_lettered_at IS NULL"
-								   "   AND (t.claimed_until IS NULL OR t.claimed_until <= clock_timestamp())"
+								   "   AND (t.claimed_until IS NULL OR t.claimed_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
 								   " ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED", row->table),
 						  1, int4_type);
-	hp->call = keep_plan(psprintf("SELECT %s(t) FROM %s t WHERE t.id = $1", row->function, row->table),
+	hp->call = keep_plan(psprintf("SELECT %s(t) FROM %s t WHERE t.id OPERATOR(pg_catalog.=) $1", row->function, row->table),
 						 1, int8_type);
-	hp->done = keep_plan(psprintf("UPDATE %s SET processed_at = clock_timestamp(), claimed_until = NULL,"
-								  " dead_lettered_at = NULL WHERE id = ANY ($1)", row->table),
+	hp->done = keep_plan(psprintf("UPDATE %s SET processed_at = pg_catalog.clock_timestamp(), claimed_until = NULL,"
+								  " dead_lettered_at = NULL WHERE id OPERATOR(pg_catalog.=) ANY ($1)", row->table),
 						 1, done_types);
-	hp->fail = keep_plan(psprintf("UPDATE %s t SET retry_count = t.retry_count + 1, last_error = f.error,"
+	hp->fail = keep_plan(psprintf("UPDATE %s t SET retry_count = t.retry_count OPERATOR(pg_catalog.+) 1, last_error = f.error,"
 								  " claimed_until = NULL,"
-								  " dead_lettered_at = CASE WHEN t.retry_count + 1 >= $3"
-								  "                         THEN clock_timestamp() END"
-								  "  FROM unnest($1, $2) AS f(id, error) WHERE t.id = f.id"
+								  " dead_lettered_at = CASE WHEN t.retry_count OPERATOR(pg_catalog.+) 1 OPERATOR(pg_catalog.>=) $3"
+								  "                         THEN pg_catalog.clock_timestamp() END"
+								  "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS f(id, error) WHERE t.id OPERATOR(pg_catalog.=) f.id"
 								  " RETURNING t.event_id, t.dead_lettered_at IS NOT NULL, t.last_error",
 								  row->table),
 						 3, fail_types);

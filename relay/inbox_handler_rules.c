@@ -158,8 +158,8 @@ tide_inbox_handler_problem(PG_FUNCTION_ARGS)
 	args[0] = PG_GETARG_DATUM(0);
 	SPI_connect();
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT coalesce(to_regclass(tide._inbox_table(c))::oid, 0)"
-								  "  FROM tide.tide_inbox_config c WHERE c.inbox_name = $1",
+								  "SELECT coalesce(pg_catalog.to_regclass(tide._inbox_table(c))::oid, 0)"
+								  "  FROM tide.tide_inbox_config c WHERE c.inbox_name OPERATOR(pg_catalog.=) $1",
 								  1, argtypes),
 						 args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read tide.tide_inbox_config");
