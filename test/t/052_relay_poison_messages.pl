@@ -121,8 +121,10 @@ my $key1m = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 32768)
 
 # --- 1. The 8,000-character key, answered 503 once.
 sql("SELECT tide.outbox_create('repro')");
+# One request at a time, in id order: the receiver's first answer, the 503,
+# goes to the message with the long key (in parallel, to whichever came first).
 set_pipeline('repro', 'repro', %webhook, url => $rcv->url('/repro'), ordering => 'key',
-	ordering_key => '/k', batch_size => 100, %retry);
+	ordering_key => '/k', batch_size => 100, max_in_flight => 1, %retry);
 $rcv->control({ fail => [503] });
 my @repro = split /\n/, sql(
 	"SELECT tide.outbox_publish('repro', jsonb_build_object('k', $key8000, 'n', 0));"
