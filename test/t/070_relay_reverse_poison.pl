@@ -27,7 +27,6 @@ my $t0 = time();
 my $json = JSON::PP->new->canonical;
 
 my $remote = remote_node('remote');
-my $rport = $remote->port;
 $remote->safe_psql('postgres', q{
 	SELECT tide.outbox_create('orders');
 	SELECT tide.outbox_grant_consume('orders', 'relay');
@@ -45,10 +44,7 @@ sub rsql { return $remote->safe_psql('postgres', $_[0]) }
 sub set_pipeline
 {
 	my ($name, $inbox, $outbox, $group) = @_;
-	my $c = $json->encode({ source_type => 'postgres', outbox => $outbox, consumer_group => $group,
-		connection => "host=127.0.0.1 port=$rport dbname=postgres user=relay",
-		password => { env => 'PG_TIDE_REMOTE_PASSWORD' }, batch_size => 50,
-		connect_timeout_ms => 2000, statement_timeout_ms => 10000 });
+	my $c = $json->encode(remote_source_config($remote, outbox => $outbox, consumer_group => $group, batch_size => 50));
 	sql("SELECT tide.relay_set_inbox('$name', '$inbox', '$c'::jsonb)");
 }
 
