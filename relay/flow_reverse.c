@@ -558,38 +558,50 @@ dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const Erro
 }
 
 /*
- * Writes the events of a fetch one by one, each in a subtransaction (in
- * the short transaction open): an event the inbox refuses with an ERROR of
- * its own is dead-lettered; an ERROR that holds the pipeline is raised
- * again.
+ * Writes event e into the inbox in a subtransaction (in the short
+ * transaction open): NULL when it was written, else the ERROR that undid
+ * it (in cxt).
+ */
+static ErrorData *
+try_store_event(const ReverseReading *r, const RelaySourceEvent *e, MemoryContext cxt)
+{
+	ResourceOwner resowner = CurrentResourceOwner;
+	ErrorData  *volatile error = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		store_events(r, e, 1);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = resowner;
+	return error;
+}
+
+/*
+ * Writes the events of a fetch one by one (in the short transaction open):
+ * an event the inbox refuses with an ERROR of its own is dead-lettered; an
+ * ERROR that holds the pipeline is raised again.
  */
 static void
 store_each(const ReverseReading *r, const RelaySourceFetch *f)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner resowner = CurrentResourceOwner;
 
 	for (int i = 0; i < f->nevents; i++)
 	{
-		ErrorData  *error = NULL;
+		ErrorData  *error = try_store_event(r, &f->events[i], cxt);
 
-		BeginInternalSubTransaction(NULL);
-		MemoryContextSwitchTo(cxt);
-		PG_TRY();
-		{
-			store_events(r, &f->events[i], 1);
-			ReleaseCurrentSubTransaction();
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(cxt);
-			error = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = resowner;
 		if (error == NULL)
 			continue;
 		if (error_holds(error->sqlerrcode))
