@@ -21,6 +21,15 @@
  * same events again, one after it has the source acknowledge late, and
  * either way the inbox's event ids make a repeat change nothing.
  *
+ * One event never stops its pipeline. When the inbox refuses an event of
+ * the fetch (a CHECK or a trigger of its table, its size), the store is
+ * undone and made again in a new short transaction event by event, each
+ * in a subtransaction; an event refused alone is dead-lettered in
+ * relay_dlq with class "record", and the position moves past the whole
+ * fetch. An ERROR that is not an event's (error_class.c's classes, and an
+ * inbox dropped or not writable) is raised instead: the engine holds the
+ * pipeline and the same events are fetched again later.
+ *
  * A fetch that failed (the source unreachable, its credentials refused)
  * holds the pipeline, with a back-off from 200 ms doubling to 10 s; the
  * hold is logged when it starts, at most once a minute while it lasts, and
