@@ -39,7 +39,7 @@ OBJS = \
 	relay/filter.o relay/pacing.o relay/session.o relay/retention.o relay/signature.o relay/secrets.o \
 	relay/clean_text.o relay/ownership.o relay/worker_settings.o \
 	relay/config_value.o relay/config_files.o relay/config_limits.o relay/pipeline_config.o \
-	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o \
+	relay/serving.o relay/pipeline_state.o relay/ordering.o relay/idle_look.o relay/record_each.o relay/error_class.o \
 	relay/broker.o relay/connector.o relay/send_window.o relay/host_lookup.o relay/worker_memory.o \
 	relay/log_repeat.o relay/extension_lock.o relay/restore.o relay/on_demand.o relay/worker_slots.o \
 	src/inbox_wake.o relay/inbox_handler.o relay/inbox_handler_rules.o

@@ -54,6 +54,7 @@
 
 #include "events.h"
 #include "flow.h"
+#include "flow_errors.h"
 #include "forward.h"
 #include "relay_xact.h"
 

@@ -21,6 +21,15 @@
  * same events again, one after it has the source acknowledge late, and
  * either way the inbox's event ids make a repeat change nothing.
  *
+ * One event never stops its pipeline. When the inbox refuses an event of
+ * the fetch (a CHECK or a trigger of its table, its size), the store is
+ * undone and made again in a new short transaction event by event, each
+ * in a subtransaction; an event refused alone is dead-lettered in
+ * relay_dlq with class "record", and the position moves past the whole
+ * fetch. An ERROR that is not an event's (error_class.c's classes, and an
+ * inbox dropped or not writable) is raised instead: the engine holds the
+ * pipeline and the same events are fetched again later.
+ *
  * A fetch that failed (the source unreachable, its credentials refused)
  * holds the pipeline, with a back-off from 200 ms doubling to 10 s; the
  * hold is logged when it starts, at most once a minute while it lasts, and
@@ -42,11 +51,15 @@
 
 #include "config_value.h"
 #include "flow.h"
-#include "forward.h"
+#include "flow_errors.h"
 #include "pg_tide.h"
 #include "relay_xact.h"
 #include "reverse_config.h"
+#include "sink.h"
 #include "source.h"
+
+/* The error class of an event dead-lettered because the inbox refused it. */
+#define REVERSE_CLASS_RECORD "record"
 
 /* The back-off of a pipeline whose source failed. */
 #define REVERSE_HOLD_MIN_MS 200
@@ -93,8 +106,44 @@ typedef struct StoredPosition
 	char		position[FLEXIBLE_ARRAY_MEMBER];
 } StoredPosition;
 
-/* Rows whose config failed validation, by md5, so the failure is written once. */
-static List *failed_md5s = NIL;
+/*
+ * The pipelines whose row failed to open, each with the md5 of the row that
+ * failed, so that a failure is written once: one entry a pipeline, replaced
+ * when another row of it fails, removed when a row of it opens.
+ */
+typedef struct FailedRow
+{
+	char	   *name;
+	char	   *md5;
+} FailedRow;
+
+static List *failed_rows = NIL;
+
+/* The entry of failed_rows for pipeline `name`, or NULL. */
+static FailedRow *
+failed_row(const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, failed_rows)
+		if (strcmp(((FailedRow *) lfirst(lc))->name, name) == 0)
+			return lfirst(lc);
+	return NULL;
+}
+
+/* A row of pipeline `name` opened: a later failure of it is written again. */
+static void
+forget_row_failure(const char *name)
+{
+	FailedRow  *f = failed_row(name);
+
+	if (f == NULL)
+		return;
+	failed_rows = list_delete_ptr(failed_rows, f);
+	pfree(f->name);
+	pfree(f->md5);
+	pfree(f);
+}
 
 /* Writes a reverse pipeline's failure to read its row into its health. */
 static void
@@ -104,13 +153,20 @@ note_row_failure(const char *name, const char *md5, const char *cls, const char 
 	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	MemoryContext old;
-	ListCell   *lc;
+	FailedRow  *f = failed_row(name);
 
-	foreach(lc, failed_md5s)
-		if (strcmp(lfirst(lc), md5) == 0)
-			return;
+	if (f != NULL && strcmp(f->md5, md5) == 0)
+		return;
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	failed_md5s = lappend(failed_md5s, pstrdup(md5));
+	if (f == NULL)
+	{
+		f = palloc0(sizeof(FailedRow));
+		f->name = pstrdup(name);
+		failed_rows = lappend(failed_rows, f);
+	}
+	else
+		pfree(f->md5);
+	f->md5 = pstrdup(md5);
 	MemoryContextSwitchTo(old);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(cls);
@@ -211,6 +267,7 @@ open_row(const char *name, const char *md5, Jsonb *jb, const char *owner, const 
 		return NULL;
 	}
 	cJSON_Delete(config);
+	forget_row_failure(name);
 	r->source_state = opened.state;
 	reading = palloc0(sizeof(RelayUnitReading));
 	reading->name = r->name;
@@ -362,17 +419,17 @@ position_stored(void *arg)
 	RU(sp->unit)->position_known = true;
 }
 
-/* The events of a fetch as tide.inbox_receive_batch's JSON array. */
+/* Events of a fetch as tide.inbox_receive_batch's JSON array. */
 static char *
-events_json(const ReverseReading *r, const RelaySourceFetch *f)
+events_json(const ReverseReading *r, const RelaySourceEvent *events, int n)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '[');
-	for (int i = 0; i < f->nevents; i++)
+	for (int i = 0; i < n; i++)
 	{
-		const RelaySourceEvent *e = &f->events[i];
+		const RelaySourceEvent *e = &events[i];
 
 		appendStringInfoString(&buf, i > 0 ? ", {\"event_id\": " : "{\"event_id\": ");
 		escape_json(&buf, e->event_id);
@@ -391,40 +448,176 @@ events_json(const ReverseReading *r, const RelaySourceFetch *f)
 	return buf.data;
 }
 
-/* Stores a fetch's events and position (in the short transaction open). */
+/* Writes n events into the pipeline's inbox (in the transaction open). */
 static void
-store_fetch(const ReverseReading *r, const RelaySourceFetch *f)
+store_events(const ReverseReading *r, const RelaySourceEvent *events, int n)
 {
-	static SPIPlanPtr receive_plan = NULL;
-	static SPIPlanPtr position_plan = NULL;
-	Oid			receive_types[2] = {TEXTOID, TEXTOID};
-	Oid			position_types[4] = {TEXTOID, TEXTOID, INT8OID, TEXTOID};
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = CStringGetTextDatum(r->inbox);
+	values[1] = CStringGetTextDatum(events_json(r, events, n));
+	if (SPI_execute_plan(TidePlan(&plan,
+								  "SELECT tide.inbox_receive_batch($1, $2::pg_catalog.jsonb)",
+								  2, types),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not store the events of reverse pipeline \"%s\"", r->name);
+}
+
+/* Stores a fetch's position (in the short transaction open). */
+static void
+store_position(const ReverseReading *r, const RelaySourceFetch *f)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, TEXTOID};
 	Datum		values[4];
 
-	if (f->nevents > 0)
-	{
-		values[0] = CStringGetTextDatum(r->inbox);
-		values[1] = CStringGetTextDatum(events_json(r, f));
-		if (SPI_execute_plan(TidePlan(&receive_plan,
-									  "SELECT tide.inbox_receive_batch($1, $2::pg_catalog.jsonb)",
-									  2, receive_types),
-							 values, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not store the events of reverse pipeline \"%s\"", r->name);
-	}
 	values[0] = CStringGetTextDatum(r->name);
 	values[1] = CStringGetTextDatum(r->inbox);
 	values[2] = Int64GetDatum(f->position_id);
 	values[3] = CStringGetTextDatum(f->position_after);
-	if (SPI_execute_plan(TidePlan(&position_plan,
+	if (SPI_execute_plan(TidePlan(&plan,
 								  "INSERT INTO tide.relay_consumer_offsets AS o"
 								  "  (relay_group_id, pipeline_id, outbox_name, last_change_id, source_position, updated_at)"
 								  " VALUES ('reverse', $1, $2, $3, $4::pg_catalog.jsonb, pg_catalog.now())"
 								  " ON CONFLICT (relay_group_id, pipeline_id, outbox_name) DO UPDATE"
 								  "   SET last_change_id = EXCLUDED.last_change_id,"
 								  "       source_position = EXCLUDED.source_position, updated_at = EXCLUDED.updated_at",
-								  4, position_types),
+								  4, types),
 						 values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not store the position of reverse pipeline \"%s\"", r->name);
+}
+
+/*
+ * Whether an ERROR of writing into the inbox is the inbox's, not an
+ * event's: the inbox was dropped (its name is unknown, its table gone) or
+ * may not be written. It holds the pipeline until that is mended.
+ */
+static bool
+error_is_inboxs(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_UNDEFINED_OBJECT ||
+		sqlerrcode == ERRCODE_UNDEFINED_TABLE ||
+		sqlerrcode == ERRCODE_UNDEFINED_FUNCTION ||
+		sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE;
+}
+
+/* Whether an ERROR of storing a fetch holds the pipeline rather than dead-letter an event. */
+static bool
+error_holds(int sqlerrcode)
+{
+	return RelayErrorIsEnvironmental(sqlerrcode) || error_is_inboxs(sqlerrcode);
+}
+
+/*
+ * Dead-letters event e, which the inbox refused with `error`, into
+ * relay_dlq (in the transaction open): the pipeline's name, the inbox's
+ * name as its outbox_name, the event's number at the source as its
+ * message_id, its payload and headers, reason "permanent" and class
+ * "record"; and counts it in the pipeline's health. An ERROR here is not
+ * caught: the whole store is undone and the pipeline held.
+ */
+static void
+dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const ErrorData *error)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, e->headers == NULL, false};
+	char		clean[1024];
+	char	   *text = psprintf("record: %s", error->message ? error->message : "unknown error");
+
+	RelayCleanText(clean, sizeof(clean), text, strlen(text));
+	values[0] = CStringGetTextDatum(r->name);
+	values[1] = CStringGetTextDatum(r->inbox);
+	values[2] = Int64GetDatum(e->id);
+	values[3] = CStringGetTextDatum(e->payload ? e->payload : "null");
+	values[4] = e->headers ? CStringGetTextDatum(e->headers) : (Datum) 0;
+	values[5] = CStringGetTextDatum(clean);
+	if (SPI_execute_plan(TidePlan(&plan,
+								  "WITH d AS ("
+								  "  INSERT INTO tide.relay_dlq AS d"
+								  "    (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,"
+								  "     reason, last_error_class, last_error, first_failed_at)"
+								  "  VALUES ($1, $2, $3, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, pg_catalog.now(), 1,"
+								  "          'permanent', '" REVERSE_CLASS_RECORD "', $6, pg_catalog.now())"
+								  "  ON CONFLICT (pipeline_id, message_id) DO UPDATE"
+								  "    SET outbox_name = EXCLUDED.outbox_name, payload = EXCLUDED.payload,"
+								  "        headers = EXCLUDED.headers, attempts = d.attempts OPERATOR(pg_catalog.+) 1,"
+								  "        reason = EXCLUDED.reason, last_error_class = EXCLUDED.last_error_class,"
+								  "        last_error = EXCLUDED.last_error, dead_lettered_at = pg_catalog.now()"
+								  "  RETURNING 1)"
+								  " INSERT INTO tide.relay_pipeline_health AS h"
+								  "   (pipeline_id, dead_lettered, last_failure_at, last_error_class, last_error)"
+								  " SELECT $1, 1, pg_catalog.now(), '" REVERSE_CLASS_RECORD "', $6 FROM d"
+								  " ON CONFLICT (pipeline_id) DO UPDATE"
+								  "   SET dead_lettered = h.dead_lettered OPERATOR(pg_catalog.+) 1,"
+								  "       last_failure_at = pg_catalog.now(), last_error_class = EXCLUDED.last_error_class,"
+								  "       last_error = EXCLUDED.last_error, updated_at = pg_catalog.now()",
+								  6, types),
+						 values, nulls[4] ? "    n " : NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not dead-letter an event of reverse pipeline \"%s\"", r->name);
+	ereport(LOG,
+			(errmsg("pg_tide relay reverse pipeline \"%s\" could not store event \"%s\" in inbox \"%s\": %s",
+					r->name, e->event_id, r->inbox, error->message),
+			 errdetail("The event is dead-lettered with error class \"%s\"; the pipeline goes on with the others.",
+					   REVERSE_CLASS_RECORD),
+			 errhint("tide.relay_dlq_list() shows it.")));
+}
+
+/*
+ * Writes event e into the inbox in a subtransaction (in the short
+ * transaction open): NULL when it was written, else the ERROR that undid
+ * it (in cxt).
+ */
+static ErrorData *
+try_store_event(const ReverseReading *r, const RelaySourceEvent *e, MemoryContext cxt)
+{
+	ResourceOwner resowner = CurrentResourceOwner;
+	ErrorData  *volatile error = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		store_events(r, e, 1);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = resowner;
+	return error;
+}
+
+/*
+ * Writes the events of a fetch one by one (in the short transaction open):
+ * an event the inbox refuses with an ERROR of its own is dead-lettered; an
+ * ERROR that holds the pipeline is raised again.
+ */
+static void
+store_each(const ReverseReading *r, const RelaySourceFetch *f)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	for (int i = 0; i < f->nevents; i++)
+	{
+		ErrorData  *error = try_store_event(r, &f->events[i], cxt);
+
+		if (error == NULL)
+			continue;
+		if (error_holds(error->sqlerrcode))
+			ReThrowError(error);
+		dead_letter_event(r, &f->events[i], error);
+		FreeErrorData(error);
+	}
 }
 
 /* Records in the short transaction open that a pipeline's source answers (its hold is over). */
@@ -446,6 +639,80 @@ note_success(const ReverseReading *r)
 								  1, types),
 						 values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not record the health of reverse pipeline \"%s\"", r->name);
+}
+
+/*
+ * Stores a fetch's events (all at once, or one by one: `each`), its
+ * position and the pipeline's success in one short transaction, the
+ * position handed to the next fetch once it committed. NULL when it
+ * committed, else the ERROR that undid it (in cxt).
+ */
+static ErrorData *
+try_store(RelayUnit *u, const ReverseReading *r, const RelaySourceFetch *f, bool was_held,
+		  bool each, MemoryContext cxt)
+{
+	ErrorData  *volatile edata = NULL;
+
+	PG_TRY();
+	{
+		RelayBeginShortXact("pg_tide reverse pipeline store");
+		if (f->position_after != NULL)
+		{
+			StoredPosition *sp;
+
+			if (f->nevents > 0 && each)
+				store_each(r, f);
+			else if (f->nevents > 0)
+				store_events(r, f->events, f->nevents);
+			store_position(r, f);
+			sp = MemoryContextAlloc(RelayAfterCommitContext(),
+									offsetof(StoredPosition, position) + strlen(f->position_after) + 1);
+			sp->unit = u;
+			strcpy(sp->position, f->position_after);
+			RelayAfterCommit(position_stored, sp);
+		}
+		if (f->nevents > 0 || was_held)
+			note_success(r);
+		RelayEndShortXact(RelayLoopContext());
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		/* in a group of records, only this record's subtransaction (xact.c) */
+		RelayAbortShortXact();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	return edata;
+}
+
+/*
+ * Stores a fetch (try_store); when that fails with an ERROR an event may
+ * have caused, stores it again event by event, dead-lettering each event
+ * the inbox refuses, and the position moves past the whole fetch. An
+ * ERROR that is not an event's (error_holds) is raised: the pipeline is
+ * held and fetches the same events again later.
+ */
+static void
+store_fetch(RelayUnit *u, const ReverseReading *r, const RelaySourceFetch *f, bool was_held)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ErrorData  *error = try_store(u, r, f, was_held, false, cxt);
+
+	if (error == NULL)
+		return;
+	if (f->nevents == 0 || error_holds(error->sqlerrcode))
+		ReThrowError(error);
+	ereport(LOG,
+			(errmsg("pg_tide relay reverse pipeline \"%s\" could not store a batch of %d events: %s",
+					r->name, f->nevents, error->message),
+			 errdetail("The events are stored one by one; one the inbox refuses is dead-lettered.")));
+	FreeErrorData(error);
+	error = try_store(u, r, f, was_held, true, cxt);
+	if (error != NULL)
+		ReThrowError(error);
 }
 
 /* Holds a pipeline whose fetch failed, and says so in the log and its health. */
@@ -520,23 +787,7 @@ reverse_record(RelayUnit *u)
 		bool		was_held = u->holds > 0;
 
 		if (f->position_after != NULL || was_held)
-		{
-			RelayBeginShortXact("pg_tide reverse pipeline store");
-			if (f->position_after != NULL)
-			{
-				StoredPosition *sp;
-
-				store_fetch(r, f);
-				sp = MemoryContextAlloc(RelayAfterCommitContext(),
-										offsetof(StoredPosition, position) + strlen(f->position_after) + 1);
-				sp->unit = u;
-				strcpy(sp->position, f->position_after);
-				RelayAfterCommit(position_stored, sp);
-			}
-			if (f->nevents > 0 || was_held)
-				note_success(r);
-			RelayEndShortXact(RelayLoopContext());
-		}
+			store_fetch(u, r, f, was_held);
 		if (was_held)
 		{
 			u->holds = 0;

@@ -155,13 +155,10 @@ typedef bool (*RelayReadingIsCurrent) (const char *name, const char *md5);
 extern List *RelayReadPipelines(MemoryContext cxt, bool *any_enabled, RelayReadingIsCurrent is_current,
 								List **kept);
 
-/* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status */
+/* pipeline_state.c: what the worker knows of a pipeline, for relay_pipeline_status (and flow_errors.h) */
 extern void RelayRecordHold(const RelayPipeline *p, const RelayMessage *m,
 							const RelayMessageOutcome *o, TimestampTz until, int holds,
 							RelayRepeat *log);
-extern void RelayRecordTurnError(const char *pipeline, const char *message, int errors,
-								 TimestampTz until, RelayRepeat *log);
-extern void RelayRecordTurnOk(const char *pipeline, RelayRepeat *log);
 extern bool RelayForgetPipelineStates(List *pipelines);
 
 #endif							/* TIDE_FORWARD_H */

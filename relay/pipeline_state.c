@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "pg_tide.h"
+#include "flow_errors.h"
 #include "forward.h"
 #include "relay_xact.h"
 

@@ -34,34 +34,12 @@
 #include "utils/elog.h"
 #include "utils/memutils.h"
 
+#include "flow_errors.h"
 #include "forward.h"
 #include "relay_xact.h"
 
 /* The error class of a message dead-lettered because its outcome could not be recorded. */
 #define RELAY_CLASS_RECORD "record"
-
-/*
- * Whether an ERROR says nothing about the messages being recorded, so that
- * recording them one by one cannot help: a full disk or too many
- * connections, a lease no longer held, a cancel or shutdown, an I/O error,
- * a deadlock or serialization failure. Out of memory (53200) is not among
- * them: one huge message can cause it.
- */
-static bool
-error_is_environmental(int sqlerrcode)
-{
-	int			category = ERRCODE_TO_CATEGORY(sqlerrcode);
-
-	if (sqlerrcode == ERRCODE_OUT_OF_MEMORY)
-		return false;
-	return category == ERRCODE_CONNECTION_EXCEPTION ||
-		category == ERRCODE_TRANSACTION_ROLLBACK ||
-		category == ERRCODE_INSUFFICIENT_RESOURCES ||
-		category == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE ||
-		category == ERRCODE_OPERATOR_INTERVENTION ||
-		category == ERRCODE_SYSTEM_ERROR ||
-		category == ERRCODE_INVALID_TRANSACTION_STATE;
-}
 
 /*
  * Runs RelayRecord for settlement s; on an ERROR, undoes its short
@@ -182,7 +160,7 @@ record_each(const RelayPipeline *p, RelaySettlement *s, ErrorData *batch_error,
 		error = try_record(p, &one, cxt);
 		if (error == NULL)
 			continue;
-		if (!error_is_environmental(error->sqlerrcode) && !settles(s, i))
+		if (!RelayErrorIsEnvironmental(error->sqlerrcode) && !settles(s, i))
 		{
 			/* nothing to lose: it is delivered again, and its attempt logged then */
 			ereport(LOG,
@@ -191,7 +169,7 @@ record_each(const RelayPipeline *p, RelaySettlement *s, ErrorData *batch_error,
 			FreeErrorData(error);
 			continue;
 		}
-		if (error_is_environmental(error->sqlerrcode) ||
+		if (RelayErrorIsEnvironmental(error->sqlerrcode) ||
 			(dead_letter(p, s, i, error, false, cxt) != NULL &&
 			 dead_letter(p, s, i, error, true, cxt) != NULL))
 		{
@@ -227,7 +205,7 @@ RelayRecordEach(const RelayPipeline *p, RelaySettlement *s, MemoryContext cxt)
 
 	if (error == NULL)
 		return;
-	if (error_is_environmental(error->sqlerrcode))
+	if (RelayErrorIsEnvironmental(error->sqlerrcode))
 		ReThrowError(error);
 	ereport(LOG,
 			(errmsg("pg_tide relay pipeline \"%s\" could not record a batch of %d messages: %s",

@@ -109,6 +109,10 @@ typedef struct RelaySourceOpened
 typedef struct RelaySourceEvent
 {
 	char	   *event_id;
+	int64		id;				/* its number at the source, unique in the
+								 * pipeline (the postgres source: the
+								 * remote outbox id): a dead letter's
+								 * message_id */
 	char	   *payload;		/* JSON text */
 	char	   *headers;		/* a JSON object's text, or NULL */
 } RelaySourceEvent;

@@ -58,6 +58,26 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._relay_dlq_requeue(bigint[]) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._relay_dlq_requeue(bigint[]) TO tide_admin;
 
+-- A dead letter of a reverse pipeline is an event its inbox refused
+-- (relay/flow_reverse.c): there is no retry queue to put it back into, so
+-- retrying it is refused rather than handed to a forward pipeline.
+CREATE OR REPLACE FUNCTION tide._relay_dlq_forward_pipeline(p_pipeline text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM tide.relay_inbox_config WHERE name = p_pipeline) THEN
+		RAISE EXCEPTION 'dead letters of reverse pipeline "%" cannot be retried', p_pipeline
+			USING ERRCODE = 'wrong_object_type',
+				  HINT = 'They are events its inbox refused: once the inbox accepts them, store them with tide.inbox_receive(); tide.relay_dlq_purge() removes old dead letters.';
+	END IF;
+	PERFORM tide._relay_pipeline(p_pipeline);
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._relay_dlq_forward_pipeline(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_dlq_forward_pipeline(text) TO tide_admin;
+
 CREATE OR REPLACE FUNCTION tide.relay_dlq_list(p_pipeline text DEFAULT NULL, p_limit int DEFAULT 100)
 RETURNS TABLE (id bigint, pipeline text, outbox text, message_id bigint, reason text,
 			   attempts int, last_status int, last_error_class text, last_error text,
@@ -113,7 +133,7 @@ BEGIN
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'tide.relay_dlq_list() shows the dead letters; one that was retried or purged is gone.';
 	END IF;
-	PERFORM tide._relay_pipeline(d.pipeline_id);
+	PERFORM tide._relay_dlq_forward_pipeline(d.pipeline_id);
 	PERFORM tide._relay_dlq_requeue(ARRAY[p_id]);
 END
 $$
@@ -128,7 +148,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 BEGIN
-	PERFORM tide._relay_pipeline(p_pipeline);
+	PERFORM tide._relay_dlq_forward_pipeline(p_pipeline);
 	RETURN tide._relay_dlq_requeue(ARRAY(
 		SELECT id FROM tide.relay_dlq WHERE pipeline_id = p_pipeline ORDER BY id FOR UPDATE));
 END

@@ -35,7 +35,6 @@ my $t0 = time();
 my $json = JSON::PP->new->canonical;
 
 my $remote = remote_node('remote');
-my $rport = $remote->port;
 $remote->safe_psql('postgres', q{
 	SELECT tide.outbox_create('orders');
 	SELECT tide.outbox_grant_consume('orders', 'relay');
@@ -50,10 +49,7 @@ sub rsql { return $remote->safe_psql('postgres', $_[0]) }
 sub set_pipeline
 {
 	my ($name, $inbox, $group, %cfg) = @_;
-	my $c = $json->encode({ source_type => 'postgres', outbox => 'orders', consumer_group => $group,
-		connection => "host=127.0.0.1 port=$rport dbname=postgres user=relay",
-		password => { env => 'PG_TIDE_REMOTE_PASSWORD' },
-		connect_timeout_ms => 2000, statement_timeout_ms => 10000, %cfg });
+	my $c = $json->encode(remote_source_config($remote, outbox => 'orders', consumer_group => $group, %cfg));
 	sql("SELECT tide.inbox_create('$inbox')");
 	sql("SELECT tide.relay_set_inbox('$name', '$inbox', '$c'::jsonb)");
 }

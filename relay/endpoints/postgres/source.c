@@ -161,6 +161,7 @@ take_rows(PostgresSource *s, PGresult *res)
 		e = &f->events[f->nevents++];
 		RelayMessageIdentity(identity, sizeof(identity), s->outbox, id);
 		e->event_id = pstrdup(identity);
+		e->id = id;
 		e->payload = pstrdup(PQgetvalue(res, i, 1));
 		e->headers = PQgetisnull(res, i, 2) ? NULL : pstrdup(PQgetvalue(res, i, 2));
 	}

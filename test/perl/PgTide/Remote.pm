@@ -1,4 +1,4 @@
-# Two clusters for the tests of the postgres endpoint (test/t/068, 069): a
+# Two clusters for the tests of the postgres endpoint (test/t/068, 069, 070): a
 # remote database reached over TCP on 127.0.0.1 as a role that logs in with
 # a password, and faults on both sides while messages go through.
 package PgTide::Remote;
@@ -10,7 +10,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use PgTide::TestNode qw(tide_node wait_until);
 
-our @EXPORT = qw(remote_node random_faults);
+our @EXPORT = qw(remote_node remote_source_config random_faults);
 
 # The password of role relay on a remote node.
 our $PASSWORD = 'relay-secret';
@@ -30,6 +30,19 @@ sub remote_node
 	close $f;
 	$node->reload;
 	return $node;
+}
+
+# remote_source_config($remote, %keys): the config of a postgres source
+# reading $remote as role relay over TCP, its password taken from
+# PG_TIDE_REMOTE_PASSWORD (which the test sets before the local node
+# starts), with short timeouts; %keys are added to it.
+sub remote_source_config
+{
+	my ($remote, %keys) = @_;
+	return { source_type => 'postgres',
+		connection => 'host=127.0.0.1 port=' . $remote->port . ' dbname=postgres user=relay',
+		password => { env => 'PG_TIDE_REMOTE_PASSWORD' },
+		connect_timeout_ms => 2000, statement_timeout_ms => 10000, %keys };
 }
 
 # Starts a node again after kill -9 of its postmaster: a start fails while

@@ -1,0 +1,126 @@
+# A reverse pipeline and an event its inbox refuses (relay/flow_reverse.c):
+# one event never stops the pipeline. A remote pg_tide database's outbox
+# (a second cluster, reached over TCP on 127.0.0.1) is read into a local
+# inbox whose table has a CHECK constraint one message violates.
+#
+#  1. The poison event: every other message is in the inbox once; the one
+#     refused is in tide.relay_dlq once, with class record, the error and
+#     its remote id; the stored position and the remote group's committed
+#     offset reach the last message; the pipeline is not held, and goes on
+#     with later messages.
+#  2. A dropped inbox is the pipeline's condition, not a message's: the
+#     pipeline is held, nothing is dead-lettered, the position stays; an
+#     inbox of that name created again receives the messages.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::Remote;
+use JSON::PP;
+use Time::HiRes qw(time);
+
+my $t0 = time();
+my $json = JSON::PP->new->canonical;
+
+my $remote = remote_node('remote');
+$remote->safe_psql('postgres', q{
+	SELECT tide.outbox_create('orders');
+	SELECT tide.outbox_grant_consume('orders', 'relay');
+	SELECT tide.create_consumer_group('to_local', 'orders');
+	SELECT tide.outbox_create('parcels');
+	SELECT tide.outbox_grant_consume('parcels', 'relay');
+	SELECT tide.create_consumer_group('to_parcels', 'parcels')});
+
+$ENV{PG_TIDE_REMOTE_PASSWORD} = $PgTide::Remote::PASSWORD;
+my $node = tide_node('local', "pg_tide.relay_naptime_ms = 1000\n");
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+sub rsql { return $remote->safe_psql('postgres', $_[0]) }
+
+sub set_pipeline
+{
+	my ($name, $inbox, $outbox, $group) = @_;
+	my $c = $json->encode(remote_source_config($remote, outbox => $outbox, consumer_group => $group, batch_size => 50));
+	sql("SELECT tide.relay_set_inbox('$name', '$inbox', '$c'::jsonb)");
+}
+
+sub publish
+{
+	my ($outbox, $from, $to) = @_;
+	return split /\n/, rsql("SELECT tide.outbox_publish('$outbox', jsonb_build_object('n', g), '{\"type\": \"t\"}')
+							FROM generate_series($from, $to) g ORDER BY g");
+}
+
+sub count { return sql("SELECT count(*) FROM tide.$_[0]_inbox") }
+
+sub position
+{
+	return sql("SELECT coalesce(source_position ->> 'id', '') FROM tide.relay_consumer_offsets
+				 WHERE relay_group_id = 'reverse' AND pipeline_id = '$_[0]'");
+}
+
+sub committed
+{
+	return rsql("SELECT coalesce(max(committed_offset), 0) FROM tide.tide_consumer_offsets WHERE group_name = '$_[0]'");
+}
+
+###########################################################################
+# 1. The poison event
+###########################################################################
+{
+	sql("SELECT tide.inbox_create('incoming')");
+	sql(q{ALTER TABLE tide.incoming_inbox ADD CONSTRAINT not_seven CHECK ((payload ->> 'n')::int <> 7)});
+	my @ids = publish('orders', 1, 120);
+	set_pipeline('from_remote', 'incoming', 'orders', 'to_local');
+	ok(defined wait_until(sub { count('incoming') >= 119 && position('from_remote') eq $ids[-1] }, 30, 50_000),
+		'test 1: the other 119 messages arrive and the position moves past the last');
+	is(sql(q{SELECT count(*) FILTER (WHERE c = 1) || ' ' || count(*) || ' ' || count(*) FILTER (WHERE n = 7)
+			   FROM (SELECT (payload ->> 'n')::int AS n, count(*) AS c FROM tide.incoming_inbox GROUP BY 1) s}),
+		'119 119 0', 'test 1: each other message once, the refused one not');
+	is(sql("SELECT pipeline_id || ' ' || outbox_name || ' ' || message_id || ' ' || reason || ' '
+				|| last_error_class || ' ' || (payload ->> 'n') || ' ' || (headers ->> 'type') || ' ' || attempts
+			  FROM tide.relay_dlq"),
+		"from_remote incoming $ids[6] permanent record 7 t 1",
+		'test 1: the refused message is dead-lettered once, class record, with its remote id and values');
+	like(sql("SELECT last_error FROM tide.relay_dlq"), qr/not_seven/, 'test 1: with the error that refused it');
+	like(sql("SELECT last_error FROM tide.relay_dead_letters WHERE pipeline = 'from_remote'"), qr/not_seven/,
+		'test 1: tide.relay_dead_letters shows it');
+	ok(defined wait_until(sub { committed('to_local') eq $ids[-1] }, 20), 'test 1: the remote group committed up to the last');
+	is(sql("SELECT coalesce(held_reason, '') || '|' || coalesce(turn_error, '') || '|' || dead_lettered
+			  FROM tide.relay_pipeline_health WHERE pipeline_id = 'from_remote'"), '||1',
+		'test 1: the pipeline is not held, and its health counts the dead letter');
+	$node->psql('postgres', "SELECT tide.relay_dlq_retry((SELECT id FROM tide.relay_dlq))",
+		stderr => \my $stderr);
+	like($stderr, qr/reverse pipeline/, 'test 1: tide.relay_dlq_retry refuses a reverse pipeline\'s dead letter');
+	my @more = publish('orders', 121, 130);
+	ok(defined wait_until(sub { count('incoming') >= 129 }, 20, 50_000), 'test 1: and it goes on with later messages');
+}
+
+###########################################################################
+# 2. A dropped inbox holds the pipeline
+###########################################################################
+{
+	sql("SELECT tide.inbox_create('parcels_in')");
+	my @ids = publish('parcels', 1, 10);
+	set_pipeline('parcels_remote', 'parcels_in', 'parcels', 'to_parcels');
+	ok(defined wait_until(sub { count('parcels_in') >= 10 }, 30, 50_000), 'test 2: the first messages arrive');
+	sql("SELECT tide.inbox_drop('parcels_in')");
+	my @later = publish('parcels', 11, 20);
+	ok(defined wait_until(sub {
+		sql("SELECT coalesce(held_reason, '') <> '' FROM tide.relay_pipeline_health WHERE pipeline_id = 'parcels_remote'") eq 't' }, 20),
+		'test 2: the pipeline is held');
+	like(sql("SELECT coalesce(turn_error, '') FROM tide.relay_pipeline_health WHERE pipeline_id = 'parcels_remote'"),
+		qr/parcels_in/, 'test 2: its error names the inbox');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'parcels_remote'"), '0', 'test 2: nothing is dead-lettered');
+	is(position('parcels_remote'), $ids[-1], 'test 2: the position stays');
+	sql("SELECT tide.inbox_create('parcels_in')");
+	ok(defined wait_until(sub { count('parcels_in') >= 10 }, 30, 50_000), 'test 2: an inbox created again receives the messages');
+	is(sql("SELECT count(*) FROM tide.relay_dlq WHERE pipeline_id = 'parcels_remote'"), '0', 'test 2: and still nothing is dead-lettered');
+}
+
+note(sprintf('took %.1f s', time() - $t0));
+done_testing();
