@@ -117,6 +117,7 @@ VALUES ('dl_rev', 'dl_in', 7, 'orders:7', '{"n": 7}', '{"type": "t"}', now(), 1,
 	   ('dl_rev', 'dl_in', 9, 'orders:9', '{"n": 7}', NULL, now(), 1, 'permanent',
 		'record', 'record: new row violates check constraint "not_seven"', now());
 SELECT pipeline, outbox, message_id, event_id, payload, headers FROM tide.relay_dlq_list('dl_rev');
+SELECT pipeline, message_id, event_id FROM tide.relay_dead_letters WHERE pipeline = 'dl_rev' ORDER BY id;
 SELECT id AS dl_rev_8 FROM tide.relay_dlq WHERE pipeline_id = 'dl_rev' AND message_id = 8 \gset
 -- the inbox still refuses it: its SQLSTATE and error, nothing written, the
 -- dead letter kept; retrying all of the pipeline is all or nothing
