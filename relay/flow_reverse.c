@@ -25,8 +25,9 @@
  * the fetch (a CHECK or a trigger of its table, its size), the store is
  * undone and made again in a new short transaction event by event, each
  * in a subtransaction; an event refused alone is dead-lettered in
- * relay_dlq with class "record", and the position moves past the whole
- * fetch. An ERROR that is not an event's (error_class.c's classes, and an
+ * relay_dlq with class "record" and its event id (tide.relay_dlq_retry
+ * stores it in the inbox once the inbox accepts it), and the position
+ * moves past the whole fetch. An ERROR that is not an event's (error_class.c's classes, and an
  * inbox dropped or not writable) is raised instead: the engine holds the
  * pipeline and the same events are fetched again later.
  *
