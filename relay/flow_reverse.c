@@ -27,9 +27,10 @@
  * in a subtransaction; an event refused alone is dead-lettered in
  * relay_dlq with class "record" and its event id (tide.relay_dlq_retry
  * stores it in the inbox once the inbox accepts it), and the position
- * moves past the whole fetch. An ERROR that is not an event's (error_class.c's classes, and an
- * inbox dropped or not writable) is raised instead: the engine holds the
- * pipeline and the same events are fetched again later.
+ * moves past the whole fetch. An ERROR that is not an event's
+ * (error_class.c's classes, and an inbox dropped or not writable) is
+ * raised instead: the engine holds the pipeline and the same events are
+ * fetched again later.
  *
  * A fetch that failed (the source unreachable, its credentials refused)
  * holds the pipeline, with a back-off from 200 ms doubling to 10 s; the
