@@ -245,9 +245,11 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
 	-- a reverse pipeline's dead letters name their inbox: they are stored
-	-- there even when the pipeline was deleted
-	IF NOT EXISTS (SELECT 1 FROM tide.relay_inbox_config WHERE name = p_pipeline)
-	   AND NOT EXISTS (SELECT 1 FROM tide.relay_dlq WHERE pipeline_id = p_pipeline AND event_id IS NOT NULL) THEN
+	-- there even when the pipeline was deleted; a forward pipeline's go
+	-- back to its retry queue, which only a forward pipeline reads
+	IF EXISTS (SELECT 1 FROM tide.relay_dlq WHERE pipeline_id = p_pipeline AND event_id IS NULL)
+	   OR (NOT EXISTS (SELECT 1 FROM tide.relay_inbox_config WHERE name = p_pipeline)
+		   AND NOT EXISTS (SELECT 1 FROM tide.relay_dlq WHERE pipeline_id = p_pipeline AND event_id IS NOT NULL)) THEN
 		PERFORM tide._relay_pipeline(p_pipeline);
 	END IF;
 	RETURN tide._relay_dlq_retry(ARRAY(

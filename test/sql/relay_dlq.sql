@@ -163,11 +163,16 @@ SELECT tide.relay_dlq_retry(id) FROM tide.relay_dlq WHERE event_id = 'orders:10'
 RESET ROLE;
 SELECT count(*) AS orders_10 FROM tide.dl_in_inbox WHERE event_id = 'orders:10';
 
--- discard: one dead letter of either direction, without delivering it
+-- a forward pipeline's dead letter of the same name, that pipeline gone:
+-- retrying all of the name refuses, nothing stored or queued
 INSERT INTO tide.relay_dlq (pipeline_id, outbox_name, message_id, event_id, payload, created_at,
 							attempts, reason, first_failed_at)
 VALUES ('dl_rev', 'dl_in', 11, 'orders:11', '{"n": 11}', now(), 1, 'permanent', now()),
-	   ('dl_strict', 'dl_orders', 19, NULL, '{"n": 19}', now(), 1, 'permanent', now());
+	   ('dl_rev', 'dl_orders', 19, NULL, '{"n": 19}', now(), 1, 'permanent', now());
+SELECT pg_temp.try($$SELECT tide.relay_dlq_retry_all('dl_rev')$$);
+SELECT count(*) AS dl_rev_kept FROM tide.relay_dlq WHERE pipeline_id = 'dl_rev';
+
+-- discard: one dead letter of either direction, without delivering it
 SELECT tide.relay_dlq_discard(id) FROM tide.relay_dlq WHERE message_id IN (11, 19);
 SELECT count(*) AS discarded_left FROM tide.relay_dlq WHERE message_id IN (11, 19);
 SELECT count(*) AS orders_11 FROM tide.dl_in_inbox WHERE event_id = 'orders:11';
