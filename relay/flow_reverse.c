@@ -568,7 +568,7 @@ dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const Erro
 					r->name, e->event_id, r->inbox, error->message),
 			 errdetail("The event is dead-lettered with error class \"%s\"; the pipeline goes on with the others.",
 					   REVERSE_CLASS_RECORD),
-			 errhint("tide.relay_dlq_list() shows it.")));
+			 errhint("tide.relay_dlq_list() shows it; tide.relay_dlq_retry() stores it once the inbox accepts it.")));
 }
 
 /*
