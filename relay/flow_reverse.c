@@ -25,10 +25,12 @@
  * the fetch (a CHECK or a trigger of its table, its size), the store is
  * undone and made again in a new short transaction event by event, each
  * in a subtransaction; an event refused alone is dead-lettered in
- * relay_dlq with class "record", and the position moves past the whole
- * fetch. An ERROR that is not an event's (error_class.c's classes, and an
- * inbox dropped or not writable) is raised instead: the engine holds the
- * pipeline and the same events are fetched again later.
+ * relay_dlq with class "record" and its event id (tide.relay_dlq_retry
+ * stores it in the inbox once the inbox accepts it), and the position
+ * moves past the whole fetch. An ERROR that is not an event's
+ * (error_class.c's classes, and an inbox dropped or not writable) is
+ * raised instead: the engine holds the pipeline and the same events are
+ * fetched again later.
  *
  * A fetch that failed (the source unreachable, its credentials refused)
  * holds the pipeline, with a back-off from 200 ms doubling to 10 s; the
@@ -514,17 +516,18 @@ error_holds(int sqlerrcode)
  * Dead-letters event e, which the inbox refused with `error`, into
  * relay_dlq (in the transaction open): the pipeline's name, the inbox's
  * name as its outbox_name, the event's number at the source as its
- * message_id, its payload and headers, reason "permanent" and class
- * "record"; and counts it in the pipeline's health. An ERROR here is not
- * caught: the whole store is undone and the pipeline held.
+ * message_id, its event id (which tide.relay_dlq_retry stores it under),
+ * its payload and headers, reason "permanent" and class "record"; and
+ * counts it in the pipeline's health. An ERROR here is not caught: the
+ * whole store is undone and the pipeline held.
  */
 static void
 dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const ErrorData *error)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[6];
-	bool		nulls[6] = {false, false, false, false, e->headers == NULL, false};
+	Oid			types[7] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, e->headers == NULL, false, false};
 	char		clean[1024];
 	char	   *text = psprintf("record: %s", error->message ? error->message : "unknown error");
 
@@ -535,15 +538,17 @@ dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const Erro
 	values[3] = CStringGetTextDatum(e->payload ? e->payload : "null");
 	values[4] = e->headers ? CStringGetTextDatum(e->headers) : (Datum) 0;
 	values[5] = CStringGetTextDatum(clean);
+	values[6] = CStringGetTextDatum(e->event_id);
 	if (SPI_execute_plan(TidePlan(&plan,
 								  "WITH d AS ("
 								  "  INSERT INTO tide.relay_dlq AS d"
 								  "    (pipeline_id, outbox_name, message_id, payload, headers, created_at, attempts,"
-								  "     reason, last_error_class, last_error, first_failed_at)"
+								  "     reason, last_error_class, last_error, first_failed_at, event_id)"
 								  "  VALUES ($1, $2, $3, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, pg_catalog.now(), 1,"
-								  "          'permanent', '" REVERSE_CLASS_RECORD "', $6, pg_catalog.now())"
+								  "          'permanent', '" REVERSE_CLASS_RECORD "', $6, pg_catalog.now(), $7)"
 								  "  ON CONFLICT (pipeline_id, message_id) DO UPDATE"
-								  "    SET outbox_name = EXCLUDED.outbox_name, payload = EXCLUDED.payload,"
+								  "    SET outbox_name = EXCLUDED.outbox_name, event_id = EXCLUDED.event_id,"
+								  "        payload = EXCLUDED.payload,"
 								  "        headers = EXCLUDED.headers, attempts = d.attempts OPERATOR(pg_catalog.+) 1,"
 								  "        reason = EXCLUDED.reason, last_error_class = EXCLUDED.last_error_class,"
 								  "        last_error = EXCLUDED.last_error, dead_lettered_at = pg_catalog.now()"
@@ -555,15 +560,15 @@ dead_letter_event(const ReverseReading *r, const RelaySourceEvent *e, const Erro
 								  "   SET dead_lettered = h.dead_lettered OPERATOR(pg_catalog.+) 1,"
 								  "       last_failure_at = pg_catalog.now(), last_error_class = EXCLUDED.last_error_class,"
 								  "       last_error = EXCLUDED.last_error, updated_at = pg_catalog.now()",
-								  6, types),
-						 values, nulls[4] ? "    n " : NULL, false, 0) != SPI_OK_INSERT)
+								  7, types),
+						 values, nulls[4] ? "    n  " : NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not dead-letter an event of reverse pipeline \"%s\"", r->name);
 	ereport(LOG,
 			(errmsg("pg_tide relay reverse pipeline \"%s\" could not store event \"%s\" in inbox \"%s\": %s",
 					r->name, e->event_id, r->inbox, error->message),
 			 errdetail("The event is dead-lettered with error class \"%s\"; the pipeline goes on with the others.",
 					   REVERSE_CLASS_RECORD),
-			 errhint("tide.relay_dlq_list() shows it.")));
+			 errhint("tide.relay_dlq_list() shows it; tide.relay_dlq_retry() stores it once the inbox accepts it.")));
 }
 
 /*

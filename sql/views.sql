@@ -205,7 +205,8 @@ SELECT d.id,
 	   d.last_error_class,
 	   d.last_error,
 	   d.first_failed_at,
-	   d.dead_lettered_at
+	   d.dead_lettered_at,
+	   d.event_id
   FROM tide.relay_dlq d;
 
 COMMENT ON VIEW tide.relay_dead_letters

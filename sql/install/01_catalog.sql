@@ -197,7 +197,10 @@ COMMENT ON TABLE tide.relay_retry_queue
 	IS 'Messages waiting for another delivery attempt, per pipeline';
 
 -- A message that failed permanently or ran out of attempts, with a copy of
--- the message and the last failure.
+-- the message and the last failure. A reverse pipeline's dead letter is an
+-- event its inbox refused (relay/flow_reverse.c): outbox_name is the inbox,
+-- message_id the event's number at its source, and event_id its id in the
+-- inbox, which a retry stores it under (NULL for a forward pipeline's).
 CREATE TABLE tide.relay_dlq (
 	id					bigserial PRIMARY KEY,
 	pipeline_id			text NOT NULL,
@@ -213,6 +216,7 @@ CREATE TABLE tide.relay_dlq (
 	last_error			text,
 	first_failed_at		timestamptz NOT NULL,
 	dead_lettered_at	timestamptz NOT NULL DEFAULT now(),
+	event_id			text,
 	CONSTRAINT relay_dlq_message_key UNIQUE (pipeline_id, message_id),
 	CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted'))
 );
@@ -221,6 +225,8 @@ CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
 
 COMMENT ON TABLE tide.relay_dlq
 	IS 'Dead letters: messages a pipeline could not deliver, kept until retried or purged';
+COMMENT ON COLUMN tide.relay_dlq.event_id
+	IS 'a reverse pipeline''s dead letter: the event''s id in its inbox; NULL for a forward pipeline''s';
 
 -- One row per delivery attempt, written by the relay worker in the
 -- transaction that records the batch (relay/attempt_log.c), unless the

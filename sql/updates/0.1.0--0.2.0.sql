@@ -204,3 +204,14 @@ COMMENT ON TABLE tide.relay_inbox_handler_health
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handlers', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handler_health', '');
+
+-- A reverse pipeline's dead letter keeps the event's id in its inbox, so
+-- that tide.relay_dlq_retry stores it there under that id (0.1.0 has no
+-- reverse pipelines: its dead letters are all forward ones, NULL).
+ALTER TABLE tide.relay_dlq ADD COLUMN event_id text;
+COMMENT ON COLUMN tide.relay_dlq.event_id
+	IS 'a reverse pipeline''s dead letter: the event''s id in its inbox; NULL for a forward pipeline''s';
+
+-- tide.relay_dlq_list returns the event id too: a new return type, so the
+-- function is re-created.
+DROP FUNCTION tide.relay_dlq_list(text, integer);

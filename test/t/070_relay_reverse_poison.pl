@@ -8,6 +8,12 @@
 #     its remote id; the stored position and the remote group's committed
 #     offset reach the last message; the pipeline is not held, and goes on
 #     with later messages.
+#     Retrying its dead letter (tide.relay_dlq_retry): while the CHECK
+#     still refuses it, an ERROR with the CHECK's SQLSTATE and nothing
+#     written; by a tide_admin who may not insert into the inbox, 42501;
+#     once the CHECK is dropped, the event is in the inbox once, under the
+#     event id the pipeline gives it, and the dead letter is gone; retried
+#     again, 42704 and still once.
 #  2. A dropped inbox is the pipeline's condition, not a message's: the
 #     pipeline is held, nothing is dead-lettered, the position stays; an
 #     inbox of that name created again receives the messages.
@@ -93,11 +99,41 @@ sub committed
 	is(sql("SELECT coalesce(held_reason, '') || '|' || coalesce(turn_error, '') || '|' || dead_lettered
 			  FROM tide.relay_pipeline_health WHERE pipeline_id = 'from_remote'"), '||1',
 		'test 1: the pipeline is not held, and its health counts the dead letter');
-	$node->psql('postgres', "SELECT tide.relay_dlq_retry((SELECT id FROM tide.relay_dlq))",
-		stderr => \my $stderr);
-	like($stderr, qr/reverse pipeline/, 'test 1: tide.relay_dlq_retry refuses a reverse pipeline\'s dead letter');
+
+	# its retry: the event id the pipeline gave the others, and the state
+	# that must not change while the retry is refused
+	my $dead = sql("SELECT id FROM tide.relay_dlq");
+	my $event_id = sql("SELECT event_id FROM tide.relay_dlq");
+	is($event_id,
+		sql("SELECT regexp_replace(event_id, '[0-9]+\$', '$ids[6]') FROM tide.incoming_inbox WHERE payload ->> 'n' = '6'"),
+		'test 1: the dead letter keeps the event id the pipeline gives its events');
+	my $state = sub {
+		return sql("SELECT (SELECT count(*) FROM tide.incoming_inbox) || ' ' || (SELECT count(*) FROM tide.relay_dlq)");
+	};
+	my $retry = sub {
+		my ($role) = @_;
+		my ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n"
+			. ($role ? "SET ROLE $role;\n" : '') . "SELECT tide.relay_dlq_retry($dead)");
+		return $rc == 0 ? 'ok' : $err;
+	};
+	like($retry->(), qr/ERROR:  23514: inbox "incoming" still refuses dead letter $dead: .*not_seven/,
+		'test 1: retried while the CHECK refuses it: the CHECK\'s SQLSTATE and error');
+	is($state->(), '119 1', 'test 1: and nothing is written, the dead letter kept');
+	sql("CREATE ROLE dlq_ops; GRANT tide_admin TO dlq_ops; REVOKE INSERT ON tide.incoming_inbox FROM tide_admin;
+		 ALTER TABLE tide.incoming_inbox DROP CONSTRAINT not_seven");
+	like($retry->('dlq_ops'), qr/ERROR:  42501: permission denied to store dead letter $dead in inbox "incoming"/,
+		'test 1: a tide_admin who may not insert into the inbox is refused');
+	is($state->(), '119 1', 'test 1: and nothing is written, the dead letter kept');
+	sql("GRANT INSERT ON tide.incoming_inbox TO tide_admin");
+	is($retry->('dlq_ops'), 'ok', 'test 1: the CHECK dropped, the retry succeeds');
+	is(sql("SELECT count(*) || ' ' || min(event_id) || ' ' || min(source) || ' ' || min(headers ->> 'type')
+			  FROM tide.incoming_inbox WHERE payload ->> 'n' = '7'"),
+		"1 $event_id from_remote t", 'test 1: the event is in the inbox once, under its event id, from the pipeline, with its headers');
+	is($state->(), '120 0', 'test 1: and the dead letter is gone');
+	like($retry->(), qr/ERROR:  42704: dead letter $dead does not exist/, 'test 1: retried again, it is gone');
+	is(sql("SELECT count(*) FROM tide.incoming_inbox WHERE payload ->> 'n' = '7'"), '1', 'test 1: and the event is still there once');
 	my @more = publish('orders', 121, 130);
-	ok(defined wait_until(sub { count('incoming') >= 129 }, 20, 50_000), 'test 1: and it goes on with later messages');
+	ok(defined wait_until(sub { count('incoming') >= 130 }, 20, 50_000), 'test 1: and it goes on with later messages');
 }
 
 ###########################################################################
