@@ -629,20 +629,6 @@ kafka_close(void *state)
 		explicit_bzero(kp->fingerprint, strlen(kp->fingerprint));
 }
 
-static const RelaySinkRoutine kafka_routine = {
-	.name = "kafka",
-	.log_failures_by_default = true,
-	.sends_on_own_threads = true,
-	.config_keys = RelayKafkaConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayKafkaValidate,
-	.open = kafka_open,
-	.start = kafka_start,
-	.progress = kafka_progress,
-	.outcomes = kafka_outcomes,
-	.cancel = kafka_cancel,
-	.close = kafka_close,
-};
-
-/* The init symbol of the Kafka sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(kafka, kafka_routine);
+/* The routine and init symbol of the Kafka sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(kafka, RelayKafkaConfigKeys, RelayKafkaValidate,
+					.sends_on_own_threads = true);

@@ -957,19 +957,5 @@ mqtt_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine mqtt_routine = {
-	.name = "mqtt",
-	.log_failures_by_default = true,
-	.config_keys = RelayMqttConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayMqttValidate,
-	.open = mqtt_open,
-	.start = mqtt_start,
-	.progress = mqtt_progress,
-	.outcomes = mqtt_outcomes,
-	.cancel = mqtt_cancel,
-	.close = mqtt_close,
-};
-
-/* The init symbol of the MQTT sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(mqtt, mqtt_routine);
+/* The routine and init symbol of the MQTT sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(mqtt, RelayMqttConfigKeys, RelayMqttValidate);

@@ -996,20 +996,6 @@ nats_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine nats_routine = {
-	.name = "nats",
-	.log_failures_by_default = true,
-	.sends_on_own_threads = true,
-	.config_keys = RelayNatsConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayNatsValidate,
-	.open = nats_open,
-	.start = nats_start,
-	.progress = nats_progress,
-	.outcomes = nats_outcomes,
-	.cancel = nats_cancel,
-	.close = nats_close,
-};
-
-/* The init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(nats, nats_routine);
+/* The routine and init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(nats, RelayNatsConfigKeys, RelayNatsValidate,
+					.sends_on_own_threads = true);

@@ -1196,19 +1196,5 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine rabbitmq_routine = {
-	.name = "rabbitmq",
-	.log_failures_by_default = true,
-	.config_keys = RelayRabbitmqConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayRabbitmqValidate,
-	.open = rabbitmq_open,
-	.start = rabbitmq_start,
-	.progress = rabbitmq_progress,
-	.outcomes = rabbitmq_outcomes,
-	.cancel = rabbitmq_cancel,
-	.close = rabbitmq_close,
-};
-
-/* The init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(rabbitmq, rabbitmq_routine);
+/* The routine and init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(rabbitmq, RelayRabbitmqConfigKeys, RelayRabbitmqValidate);

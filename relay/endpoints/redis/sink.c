@@ -868,19 +868,5 @@ redis_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine redis_routine = {
-	.name = "redis",
-	.log_failures_by_default = true,
-	.config_keys = RedisConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RedisValidate,
-	.open = redis_open,
-	.start = redis_start,
-	.progress = redis_progress,
-	.outcomes = redis_outcomes,
-	.cancel = redis_cancel,
-	.close = redis_close,
-};
-
-/* The init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(redis, redis_routine);
+/* The routine and init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(redis, RedisConfigKeys, RedisValidate);
