@@ -180,6 +180,17 @@ RelayConfigCheckType(const char *key, const cJSON *v, const char *type, const ch
 						 type, actual);
 }
 
+const cJSON *
+RelayConfigRequiredString(const cJSON *obj, const char *key, const char *hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	if (v == NULL)
+		RelayConfigError(hint, "config key \"%s\" is missing", key);
+	RelayConfigCheckType(key, v, "string", hint);
+	return v;
+}
+
 /* Whether name is in the NULL-terminated list (NULL: an empty one). */
 static bool
 in_list(const char *name, const char *const *list)

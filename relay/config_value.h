@@ -46,6 +46,13 @@ extern PGDLLEXPORT void RelayConfigCheckType(const char *key, const cJSON *v, co
 								 const char *hint);
 
 /*
+ * The string that member `key` of obj must be; refuses it missing or of
+ * another type, with the hint.
+ */
+extern PGDLLEXPORT const cJSON *RelayConfigRequiredString(const cJSON *obj, const char *key,
+														  const char *hint);
+
+/*
  * Refuses a member of obj whose name is not in the NULL-terminated lists
  * known and (when not NULL) more; prefix names the parent object in
  * messages ("retry."). The first unknown name in byte order is named.
