@@ -121,6 +121,27 @@ bench_need_packages() {
 	fi
 }
 
+# bench_relay_settings: what the relay's benchmarks (relay.sh, broker_*.sh,
+# inbox_sink.sh, postgres.sh) set after sourcing this file: the relay on
+# (RELAY_BENCH_CONF) in the cluster they start, clients quiet, and the
+# defaults N (backlog, 100000), REPEATS (3) and BATCH_SIZE (1000).
+bench_relay_settings() {
+	export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
+	export PGOPTIONS="-c client_min_messages=warning"
+	N=${N:-100000}
+	REPEATS=${REPEATS:-3}
+	BATCH_SIZE=${BATCH_SIZE:-1000}
+}
+
+# bench_need_module <endpoint> <what its build needs>: fails unless the
+# endpoint's module, pg_tide_<endpoint>.so, is installed.
+bench_need_module() {
+	if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide_$1.so" ]; then
+		echo "$BENCH_NAME: pg_tide_$1.so is not installed ($2)" >&2
+		exit 1
+	fi
+}
+
 # bench_record <figure> <case> <round> <value>: one measurement, appended to
 # $BENCH_RAW (bench/suite.sh sets it and writes RESULTS.md from it; a script
 # run on its own keeps it in its cluster directory), with the script's name.
