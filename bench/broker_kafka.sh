@@ -49,7 +49,6 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_kafka}
 export TIDE_PORT=${TIDE_PORT:-5496}
-BENCH_NAME=broker_kafka.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 

@@ -40,7 +40,6 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_nats}
 export TIDE_PORT=${TIDE_PORT:-5498}
-BENCH_NAME=broker_nats.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 bench_relay_settings

@@ -35,7 +35,6 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_rabbitmq}
 export TIDE_PORT=${TIDE_PORT:-5493}
-BENCH_NAME=broker_rabbitmq.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 

@@ -39,7 +39,6 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_inbox_sink}
 export TIDE_PORT=${TIDE_PORT:-5494}
-BENCH_NAME=inbox_sink.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 bench_relay_settings

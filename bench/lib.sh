@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Shared by the benchmark scripts: the cluster settings, the checks before a
-# run and the cleanup after it. The caller sets TIDE_CLUSTER, TIDE_PORT and
-# BENCH_NAME, then sources this file.
+# run and the cleanup after it. The caller sets TIDE_CLUSTER and TIDE_PORT
+# (and BENCH_NAME, the name its figures and messages carry, by default its
+# file name), then sources this file.
 set -euo pipefail
+BENCH_NAME=${BENCH_NAME:-$(basename "${BASH_SOURCE[1]}")}
 
 # Default durability (fsync, synchronous_commit and full_page_writes stay
 # on). Only sizing, the same for every side of a comparison: enough

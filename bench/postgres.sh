@@ -37,7 +37,6 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_postgres}
 export TIDE_PORT=${TIDE_PORT:-5495}
-BENCH_NAME=postgres.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 

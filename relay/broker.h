@@ -73,6 +73,12 @@ extern PGDLLEXPORT void RelayConfigCheckCredential(const char *key, const cJSON 
 extern PGDLLEXPORT void RelayBrokerAddSendSettings(const cJSON *config, cJSON *out,
 												   int default_in_flight, int min_timeout_ms);
 
+/*
+ * Appends a message's body to buf: its JSON object (RelayAppendMessageJson)
+ * when the config's "body" is "envelope", else its payload.
+ */
+extern PGDLLEXPORT void RelayBrokerAppendBody(StringInfo buf, const RelayMessage *m, bool envelope);
+
 /* The secret keys of a broker's sink (RelaySinkRoutine): those of "auth". */
 extern PGDLLEXPORT const char *const RelayBrokerSecretKeys[];
 
@@ -242,5 +248,12 @@ extern PGDLLEXPORT int	RelaySendWindowNext(RelaySendWindow *w);
 extern PGDLLEXPORT void RelaySendWindowDone(RelaySendWindow *w, int i, bool acked, bool stop);
 /* Whether nothing is in flight and nothing more will be sent. */
 extern PGDLLEXPORT bool RelaySendWindowFinished(RelaySendWindow *w);
+/*
+ * Sets the outcome of message i, which the batch did not deliver, to
+ * not_sent, saying why: the earlier message of its ordering key failed
+ * (RELAY_SEND_SKIPPED), or an earlier failure or the batch's timeout_ms
+ * came first.
+ */
+extern PGDLLEXPORT void RelaySendWindowNotSent(const RelaySendWindow *w, int i, RelayMessageOutcome *o);
 
 #endif							/* TIDE_BROKER_H */

@@ -376,6 +376,17 @@ RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint)
 		RelayConfigError(hint, "config key \"%s\" must have at most 255 bytes and no control characters", key);
 }
 
+void
+RelayConfigAddHeaderName(const cJSON *obj, cJSON *out, const char *key, const char *hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	if (v == NULL)
+		return;
+	RelayConfigCheckHeaderName(key, v, hint);
+	RelayConfigAddCopy(out, key, v);
+}
+
 bool
 RelayConfigMatches(const char *s, const char *pattern)
 {

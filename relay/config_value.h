@@ -89,6 +89,10 @@ extern PGDLLEXPORT void RelayConfigCheckSecretRef(const char *key, const cJSON *
  */
 extern PGDLLEXPORT void RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint);
 
+/* An optional header name under `key` of obj, checked as above and added to out. */
+extern PGDLLEXPORT void RelayConfigAddHeaderName(const cJSON *obj, cJSON *out, const char *key,
+												 const char *hint);
+
 /* Whether a string matches a regular expression, as SQL's ~ matches it. */
 extern PGDLLEXPORT bool RelayConfigMatches(const char *s, const char *pattern);
 

@@ -104,11 +104,9 @@ RelayInboxValidate(const cJSON *config, cJSON *out)
 	const char *header_hint = "Give \"event_id_header\" as the name of the message header whose value is the "
 		"event id, or leave it out to use the message's identity outbox_<outbox>:<id>.";
 	const cJSON *inbox = RelayConfigRequiredString(config, "inbox", hint);
-	const cJSON *header = cJSON_GetObjectItemCaseSensitive(config, "event_id_header");
 
 	TideValidateName("inbox", inbox->valuestring);
-	if (header != NULL)
-		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
+	RelayConfigAddHeaderName(config, out, "event_id_header", header_hint);
 	if (!in_relay_worker())
 	{
 		Oid			role = RelayConfigRole();
@@ -130,6 +128,4 @@ RelayInboxValidate(const cJSON *config, cJSON *out)
 							 t.table)));
 	}
 	RelayConfigAddCopy(out, "inbox", inbox);
-	if (header != NULL)
-		RelayConfigAddCopy(out, "event_id_header", header);
 }

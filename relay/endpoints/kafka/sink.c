@@ -435,10 +435,7 @@ produce(KafkaBatch *kb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (kp->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload);
+	RelayBrokerAppendBody(&body, m, kp->envelope);
 	headers = rd_kafka_headers_new(8);
 	RelayBrokerForEachHeader(m, add_header, headers);
 	err = rd_kafka_producev(kp->rk,
@@ -538,12 +535,8 @@ kafka_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 				o->latency_ms = (GetCurrentTimestamp() - kb->sent_at[i]) / 1000.0;
 				break;
 			case RELAY_SEND_SKIPPED:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: the earlier message of its ordering key failed");
-				break;
 			case RELAY_SEND_WAITING:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: an earlier failure or the batch's timeout_ms came first");
+				RelaySendWindowNotSent(&kb->window, i, o);
 				break;
 		}
 	}

@@ -723,10 +723,7 @@ publish(MqttPipeline *p, MqttBatch *mb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (c->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload ? m->payload : "null");
+	RelayBrokerAppendBody(&body, m, c->envelope);
 	if (c->v5)
 	{
 		mosquitto_property_add_string(&props, MQTT_PROP_CONTENT_TYPE, "application/json");
@@ -855,14 +852,10 @@ mqtt_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 	{
 		if (mb->known[i])
 			result->each[i] = mb->each[i];
-		else if (mb->window.state[i] == RELAY_SEND_SKIPPED)
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: the earlier message of its ordering key failed");
-		else if (mb->link_failed)
+		else if (mb->link_failed && mb->window.state[i] != RELAY_SEND_SKIPPED)
 			RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, mb->link_class, 0, mb->link_error);
 		else
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&mb->window, i, &result->each[i]);
 	}
 	p->mb = NULL;
 }

@@ -662,10 +662,7 @@ publish(NatsPipeline *p, RelaySinkBatch *batch, NatsBatch *nb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (p->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload);
+	RelayBrokerAppendBody(&body, m, p->envelope);
 
 	RelayMessageIdentity(id, sizeof(id), m->outbox, m->id);
 	s = natsMsg_Create(&msg, subject.data, NULL, body.data, body.len);
@@ -878,8 +875,7 @@ nats_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 									"timeout: no acknowledgement from JetStream within the batch's timeout_ms");
 				break;
 			case RELAY_SEND_SKIPPED:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: the earlier message of its ordering key failed");
+				RelaySendWindowNotSent(&nb->w, i, o);
 				break;
 			case RELAY_SEND_WAITING:
 				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,

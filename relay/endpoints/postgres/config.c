@@ -174,17 +174,12 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 	const char *header_hint = "Give \"event_id_header\" as the name of a header whose value is the event id, "
 		"or leave it out to use the message's identity outbox_<outbox>:<id>.";
 	const cJSON *inbox = RelayConfigRequiredString(config, "inbox", inbox_hint);
-	const cJSON *header = cJSON_GetObjectItemCaseSensitive(config, "event_id_header");
 
 	if (!RelayConfigMatches(inbox->valuestring, "^[A-Za-z0-9_.:-]{1,63}$"))
 		RelayConfigError("Inbox names have 1 to 63 bytes of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".",
 						 "config key \"inbox\" is not an inbox name: \"%s\"", inbox->valuestring);
 	RelayConfigAddCopy(out, "inbox", inbox);
-	if (header != NULL)
-	{
-		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
-		RelayConfigAddCopy(out, "event_id_header", header);
-	}
+	RelayConfigAddHeaderName(config, out, "event_id_header", header_hint);
 	RemoteValidateConnection(config, out);
 }
 
@@ -192,11 +187,8 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 static void
 check_remote_name(const cJSON *config, cJSON *out, const char *key, const char *hint)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+	const cJSON *v = RelayConfigRequiredString(config, key, hint);
 
-	if (v == NULL)
-		RelayConfigError(hint, "config key \"%s\" is missing", key);
-	RelayConfigCheckType(key, v, "string", hint);
 	if (!RelayConfigMatches(v->valuestring, "^[A-Za-z0-9_.:-]{1,63}$"))
 		RelayConfigError("Names have 1 to 63 bytes of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".",
 						 "config key \"%s\" is not a name: \"%s\"", key, v->valuestring);

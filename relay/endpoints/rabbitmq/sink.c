@@ -942,10 +942,7 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 	}
 
 	resetStringInfo(body);
-	if (st->cfg.envelope)
-		RelayAppendMessageJson(body, msg);
-	else
-		appendStringInfoString(body, msg->payload ? msg->payload : "null");
+	RelayBrokerAppendBody(body, msg, st->cfg.envelope);
 
 	rm->sent_at = GetCurrentTimestamp();
 	rm->body_len = body->len;
@@ -1103,10 +1100,7 @@ rabbitmq_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *resul
 		if (rb->m[i].settled)
 			result->each[i] = rb->m[i].o;
 		else
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							rb->window.state[i] == RELAY_SEND_SKIPPED ?
-							"not sent: the earlier message of its ordering key failed" :
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&rb->window, i, &result->each[i]);
 	}
 	st->rb = NULL;
 	watch_socket(st, false);

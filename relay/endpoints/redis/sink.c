@@ -788,12 +788,8 @@ redis_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 		*o = rb->each[i];
 		if (o->outcome == RELAY_DELIVERED && rb->entry_id[i][0] != '\0')
 			o->response = rb->entry_id[i];
-		else if (o->outcome == RELAY_NOT_SENT && rb->window.state[i] == RELAY_SEND_SKIPPED)
-			RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: the earlier message of its ordering key failed");
 		else if (o->outcome == RELAY_NOT_SENT)
-			RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&rb->window, i, o);
 	}
 	s->rb = NULL;
 }
