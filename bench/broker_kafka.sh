@@ -49,25 +49,16 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_kafka}
 export TIDE_PORT=${TIDE_PORT:-5496}
-BENCH_NAME=broker_kafka.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
-export PGOPTIONS="-c client_min_messages=warning"
-
-N=${N:-100000}
-REPEATS=${REPEATS:-3}
-BATCH_SIZE=${BATCH_SIZE:-1000}
+bench_relay_settings
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-1000}
 PARTITIONS=${PARTITIONS:-3}
 RATE=${RATE:-200}
 DURATION=${DURATION:-10}
 
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide_kafka.so" ]; then
-	echo "$BENCH_NAME: pg_tide_kafka.so is not installed (install librdkafka-dev, then build and install pg_tide)" >&2
-	exit 1
-fi
+bench_need_module kafka "install librdkafka-dev, then build and install pg_tide"
 make -s -C "$ROOT" PG_CONFIG="$PG_CONFIG" test/brokers/kafka_mock test/brokers/kafka_consume \
 	bench/brokers/kafka_client >/dev/null
 

@@ -39,17 +39,11 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_mqtt}
 export TIDE_PORT=${TIDE_PORT:-5498}
-BENCH_NAME=broker_mqtt.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
-export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
-export PGOPTIONS="-c client_min_messages=warning"
-
-N=${N:-100000}
-REPEATS=${REPEATS:-3}
+bench_relay_settings
 QOS=${QOS:-1}
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-100}
-BATCH_SIZE=${BATCH_SIZE:-1000}
 RATE=${RATE:-200}
 DURATION=${DURATION:-10}
 

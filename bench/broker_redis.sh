@@ -41,25 +41,16 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_redis}
 export TIDE_PORT=${TIDE_PORT:-5496}
-BENCH_NAME=broker_redis.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
-export PGOPTIONS="-c client_min_messages=warning"
-
-N=${N:-100000}
-REPEATS=${REPEATS:-3}
+bench_relay_settings
 MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-100}
-BATCH_SIZE=${BATCH_SIZE:-1000}
 RATE=${RATE:-200}
 DURATION=${DURATION:-10}
 
 bench_need_packages redis-server redis-tools libhiredis-dev
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide_redis.so" ]; then
-	echo "$BENCH_NAME: pg_tide_redis.so is not installed (build pg_tide with libhiredis-dev installed)" >&2
-	exit 1
-fi
+bench_need_module redis "build pg_tide with libhiredis-dev installed"
 CLIENT=$TIDE_CLUSTER/redis_client
 REDIS_DIR=$TIDE_CLUSTER/redis
 

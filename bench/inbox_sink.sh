@@ -39,15 +39,9 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_inbox_sink}
 export TIDE_PORT=${TIDE_PORT:-5494}
-BENCH_NAME=inbox_sink.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
-export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
-export PGOPTIONS="-c client_min_messages=warning"
-
-N=${N:-100000}
-BATCH_SIZE=${BATCH_SIZE:-1000}
-REPEATS=${REPEATS:-3}
+bench_relay_settings
 
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"

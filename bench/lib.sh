@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Shared by the benchmark scripts: the cluster settings, the checks before a
-# run and the cleanup after it. The caller sets TIDE_CLUSTER, TIDE_PORT and
-# BENCH_NAME, then sources this file.
+# run and the cleanup after it. The caller sets TIDE_CLUSTER and TIDE_PORT
+# (and BENCH_NAME, the name its figures and messages carry, by default its
+# file name), then sources this file.
 set -euo pipefail
+BENCH_NAME=${BENCH_NAME:-$(basename "${BASH_SOURCE[1]}")}
 
 # Default durability (fsync, synchronous_commit and full_page_writes stay
 # on). Only sizing, the same for every side of a comparison: enough
@@ -118,6 +120,27 @@ bench_need_packages() {
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+# bench_relay_settings: what the relay's benchmarks (relay.sh, broker_*.sh,
+# inbox_sink.sh, postgres.sh) set after sourcing this file: the relay on
+# (RELAY_BENCH_CONF) in the cluster they start, clients quiet, and the
+# defaults N (backlog, 100000), REPEATS (3) and BATCH_SIZE (1000).
+bench_relay_settings() {
+	export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
+	export PGOPTIONS="-c client_min_messages=warning"
+	N=${N:-100000}
+	REPEATS=${REPEATS:-3}
+	BATCH_SIZE=${BATCH_SIZE:-1000}
+}
+
+# bench_need_module <endpoint> <what its build needs>: fails unless the
+# endpoint's module, pg_tide_<endpoint>.so, is installed.
+bench_need_module() {
+	if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide_$1.so" ]; then
+		echo "$BENCH_NAME: pg_tide_$1.so is not installed ($2)" >&2
+		exit 1
 	fi
 }
 

@@ -37,22 +37,13 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export TIDE_CLUSTER=${TIDE_CLUSTER:-/tmp/pg_tide_bench_postgres}
 export TIDE_PORT=${TIDE_PORT:-5495}
-BENCH_NAME=postgres.sh
 # shellcheck source=lib.sh
 source "$BENCH_DIR/lib.sh"
 
-export TIDE_EXTRA_CONF=$RELAY_BENCH_CONF
-export PGOPTIONS="-c client_min_messages=warning"
-
-N=${N:-100000}
-REPEATS=${REPEATS:-3}
-BATCH_SIZE=${BATCH_SIZE:-1000}
+bench_relay_settings
 REMOTE_DB=${DB}_remote
 
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_tide_postgres.so" ]; then
-	echo "$BENCH_NAME: pg_tide_postgres.so is not installed (build pg_tide with libpq-dev installed)" >&2
-	exit 1
-fi
+bench_need_module postgres "build pg_tide with libpq-dev installed"
 CLIENT=$TIDE_CLUSTER/pg_client
 
 tide_start_cluster

@@ -41,6 +41,27 @@ RelayConfigCheckCredential(const char *key, const cJSON *v)
 		RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
 }
 
+void
+RelayBrokerAddSendSettings(const cJSON *config, cJSON *out, int default_in_flight, int min_timeout_ms)
+{
+	static const char *const bodies[] = {"payload", "envelope", NULL};
+
+	RelayConfigAddInt(out, "max_in_flight",
+					  RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, default_in_flight));
+	RelayConfigAddInt(out, "timeout_ms",
+					  RelayConfigInt(config, "timeout_ms", "timeout_ms", min_timeout_ms, 600000, 10000));
+	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+}
+
+void
+RelayBrokerAppendBody(StringInfo buf, const RelayMessage *m, bool envelope)
+{
+	if (envelope)
+		RelayAppendMessageJson(buf, m);
+	else
+		appendStringInfoString(buf, m->payload ? m->payload : "null");
+}
+
 bool
 RelayBrokerCredential(const cJSON *v, char **value, char **error)
 {

@@ -64,8 +64,35 @@
  */
 extern PGDLLEXPORT void RelayConfigCheckCredential(const char *key, const cJSON *v);
 
+/*
+ * Checks and adds to `out` what most brokers' configs take alike:
+ * "max_in_flight" (1 to 10,000, default default_in_flight), "timeout_ms"
+ * (min_timeout_ms to 600,000, default 10,000) and "body" ("payload", the
+ * default, or "envelope").
+ */
+extern PGDLLEXPORT void RelayBrokerAddSendSettings(const cJSON *config, cJSON *out,
+												   int default_in_flight, int min_timeout_ms);
+
+/*
+ * Appends a message's body to buf: its JSON object (RelayAppendMessageJson)
+ * when the config's "body" is "envelope", else its payload.
+ */
+extern PGDLLEXPORT void RelayBrokerAppendBody(StringInfo buf, const RelayMessage *m, bool envelope);
+
 /* The secret keys of a broker's sink (RelaySinkRoutine): those of "auth". */
 extern PGDLLEXPORT const char *const RelayBrokerSecretKeys[];
+
+/*
+ * A broker sink's routine and init symbol (RELAY_SINK_ENDPOINT of
+ * endpoints/registry.h): failures logged by default (the broker keeps what
+ * was delivered), the credentials of "auth" secret, and <type>_close.
+ */
+#define RELAY_BROKER_SINK_ENDPOINT(type, keys, validator, ...) \
+	RELAY_SINK_ENDPOINT(type, keys, validator, \
+						.log_failures_by_default = true, \
+						.secret_keys = RelayBrokerSecretKeys, \
+						.close = type##_close, \
+						__VA_ARGS__)
 extern PGDLLEXPORT bool RelayBrokerCredential(const cJSON *v, char **value, char **error);
 
 /*
@@ -221,5 +248,12 @@ extern PGDLLEXPORT int	RelaySendWindowNext(RelaySendWindow *w);
 extern PGDLLEXPORT void RelaySendWindowDone(RelaySendWindow *w, int i, bool acked, bool stop);
 /* Whether nothing is in flight and nothing more will be sent. */
 extern PGDLLEXPORT bool RelaySendWindowFinished(RelaySendWindow *w);
+/*
+ * Sets the outcome of message i, which the batch did not deliver, to
+ * not_sent, saying why: the earlier message of its ordering key failed
+ * (RELAY_SEND_SKIPPED), or an earlier failure or the batch's timeout_ms
+ * came first.
+ */
+extern PGDLLEXPORT void RelaySendWindowNotSent(const RelaySendWindow *w, int i, RelayMessageOutcome *o);
 
 #endif							/* TIDE_BROKER_H */

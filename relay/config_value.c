@@ -180,6 +180,17 @@ RelayConfigCheckType(const char *key, const cJSON *v, const char *type, const ch
 						 type, actual);
 }
 
+const cJSON *
+RelayConfigRequiredString(const cJSON *obj, const char *key, const char *hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	if (v == NULL)
+		RelayConfigError(hint, "config key \"%s\" is missing", key);
+	RelayConfigCheckType(key, v, "string", hint);
+	return v;
+}
+
 /* Whether name is in the NULL-terminated list (NULL: an empty one). */
 static bool
 in_list(const char *name, const char *const *list)
@@ -363,6 +374,17 @@ RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint)
 		RelayConfigError(hint, "config key \"%s\" must not be empty", key);
 	if (strlen(v->valuestring) > 255 || RelayConfigMatches(v->valuestring, "[[:cntrl:]]"))
 		RelayConfigError(hint, "config key \"%s\" must have at most 255 bytes and no control characters", key);
+}
+
+void
+RelayConfigAddHeaderName(const cJSON *obj, cJSON *out, const char *key, const char *hint)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	if (v == NULL)
+		return;
+	RelayConfigCheckHeaderName(key, v, hint);
+	RelayConfigAddCopy(out, key, v);
 }
 
 bool

@@ -46,6 +46,13 @@ extern PGDLLEXPORT void RelayConfigCheckType(const char *key, const cJSON *v, co
 								 const char *hint);
 
 /*
+ * The string that member `key` of obj must be; refuses it missing or of
+ * another type, with the hint.
+ */
+extern PGDLLEXPORT const cJSON *RelayConfigRequiredString(const cJSON *obj, const char *key,
+														  const char *hint);
+
+/*
  * Refuses a member of obj whose name is not in the NULL-terminated lists
  * known and (when not NULL) more; prefix names the parent object in
  * messages ("retry."). The first unknown name in byte order is named.
@@ -81,6 +88,10 @@ extern PGDLLEXPORT void RelayConfigCheckSecretRef(const char *key, const cJSON *
  * longer than 255 bytes or with control characters.
  */
 extern PGDLLEXPORT void RelayConfigCheckHeaderName(const char *key, const cJSON *v, const char *hint);
+
+/* An optional header name under `key` of obj, checked as above and added to out. */
+extern PGDLLEXPORT void RelayConfigAddHeaderName(const cJSON *obj, cJSON *out, const char *key,
+												 const char *hint);
 
 /* Whether a string matches a regular expression, as SQL's ~ matches it. */
 extern PGDLLEXPORT bool RelayConfigMatches(const char *s, const char *pattern);

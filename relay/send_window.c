@@ -99,3 +99,12 @@ RelaySendWindowFinished(RelaySendWindow *w)
 			return false;
 	return true;
 }
+
+void
+RelaySendWindowNotSent(const RelaySendWindow *w, int i, RelayMessageOutcome *o)
+{
+	RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
+					w->state[i] == RELAY_SEND_SKIPPED ?
+					"not sent: the earlier message of its ordering key failed" :
+					"not sent: an earlier failure or the batch's timeout_ms came first");
+}

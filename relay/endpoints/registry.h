@@ -41,17 +41,34 @@ extern PGDLLEXPORT void RelayEndpointRegister(RelayEndpointKind kind, const char
 											  const void *routine, const char *const *secret_keys);
 
 /*
- * The init symbol of an endpoint that provides one sink, as
- * PG_FUNCTION_INFO_V1 declares a function: RELAY_SINK_ENDPOINT(kafka,
- * kafka_routine) defines pg_tide_endpoint_kafka(), which registers
- * kafka_routine. An endpoint that provides more writes its own.
+ * The routine of an endpoint that provides one sink, and the init symbol
+ * that registers it, as PG_FUNCTION_INFO_V1 declares a function:
+ *
+ *		RELAY_SINK_ENDPOINT(file, RelayFileConfigKeys, RelayFileValidate);
+ *
+ * defines file_routine, named "file", whose callbacks are file_open,
+ * file_start, file_progress, file_outcomes and file_cancel, and
+ * pg_tide_endpoint_file(), which registers it. What follows the validator
+ * sets the routine's other members (.close, .secret_keys, ...). An endpoint
+ * that provides more writes its own init symbol.
  */
-#define RELAY_SINK_ENDPOINT(name, routine) \
-extern PGDLLEXPORT void pg_tide_endpoint_##name(void); \
+#define RELAY_SINK_ENDPOINT(type, keys, validator, ...) \
+static const RelaySinkRoutine type##_routine = { \
+	.name = #type, \
+	.config_keys = (keys), \
+	.validate = (validator), \
+	.open = type##_open, \
+	.start = type##_start, \
+	.progress = type##_progress, \
+	.outcomes = type##_outcomes, \
+	.cancel = type##_cancel, \
+	__VA_ARGS__ \
+}; \
+extern PGDLLEXPORT void pg_tide_endpoint_##type(void); \
 void \
-pg_tide_endpoint_##name(void) \
+pg_tide_endpoint_##type(void) \
 { \
-	RelayRegisterSink(&(routine)); \
+	RelayRegisterSink(&type##_routine); \
 } \
 extern int	no_such_variable
 

@@ -49,8 +49,7 @@ $remote->safe_psql('postgres', q{
 	SELECT tide.inbox_create('trusting')});
 
 # The local node reads the password from its environment.
-$ENV{PG_TIDE_REMOTE_PASSWORD} = $PgTide::Remote::PASSWORD;
-my $node = tide_node('local', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
+my $node = local_node('local', "pg_tide.relay_naptime_ms = 100\nrestart_after_crash = on\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 sub rsql { return $remote->safe_psql('postgres', $_[0]) }
@@ -76,23 +75,11 @@ sub publish
 }
 
 # Ids of outbox $outbox in inbox $inbox of the remote => times present.
-sub received
-{
-	my ($inbox, $outbox) = @_;
-	my %seen;
-	for (split /\n/, rsql("SELECT event_id FROM tide.${inbox}_inbox"))
-	{
-		$seen{$1}++ if /^outbox_\Q$outbox\E:(\d+)$/;
-	}
-	return \%seen;
-}
+sub received { return inbox_ids($remote, $_[0], $_[1]) }
 
 sub rcount { return rsql("SELECT count(*) FROM tide.$_[0]_inbox WHERE source = '$_[1]'") }
 
-sub health
-{
-	return sql("SELECT coalesce(last_error_class, '') FROM tide.relay_pipeline_health WHERE pipeline_id = '$_[0]'");
-}
+sub health { return error_class($node, $_[0]) }
 
 ###########################################################################
 # 1. Delivery

@@ -35,13 +35,9 @@ my $t0 = time();
 my $json = JSON::PP->new->canonical;
 
 my $remote = remote_node('remote');
-$remote->safe_psql('postgres', q{
-	SELECT tide.outbox_create('orders');
-	SELECT tide.outbox_grant_consume('orders', 'relay');
-	SELECT tide.create_consumer_group('to_local', 'orders')});
+remote_outbox($remote, 'orders', 'to_local');
 
-$ENV{PG_TIDE_REMOTE_PASSWORD} = $PgTide::Remote::PASSWORD;
-my $node = tide_node('local', "pg_tide.relay_naptime_ms = 10000\nrestart_after_crash = on\n");
+my $node = local_node('local', "pg_tide.relay_naptime_ms = 10000\nrestart_after_crash = on\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 sub rsql { return $remote->safe_psql('postgres', $_[0]) }
@@ -61,23 +57,11 @@ sub publish
 }
 
 # Ids in the local inbox $inbox => times present.
-sub received
-{
-	my ($inbox) = @_;
-	my %seen;
-	for (split /\n/, sql("SELECT event_id FROM tide.${inbox}_inbox"))
-	{
-		$seen{$1}++ if /^outbox_orders:(\d+)$/;
-	}
-	return \%seen;
-}
+sub received { return inbox_ids($node, $_[0], 'orders') }
 
 sub count { return sql("SELECT count(*) FROM tide.$_[0]_inbox") }
 
-sub health
-{
-	return sql("SELECT coalesce(last_error_class, '') FROM tide.relay_pipeline_health WHERE pipeline_id = '$_[0]'");
-}
+sub health { return error_class($node, $_[0]) }
 
 ###########################################################################
 # 1. Delivery

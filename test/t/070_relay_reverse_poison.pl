@@ -33,16 +33,10 @@ my $t0 = time();
 my $json = JSON::PP->new->canonical;
 
 my $remote = remote_node('remote');
-$remote->safe_psql('postgres', q{
-	SELECT tide.outbox_create('orders');
-	SELECT tide.outbox_grant_consume('orders', 'relay');
-	SELECT tide.create_consumer_group('to_local', 'orders');
-	SELECT tide.outbox_create('parcels');
-	SELECT tide.outbox_grant_consume('parcels', 'relay');
-	SELECT tide.create_consumer_group('to_parcels', 'parcels')});
+remote_outbox($remote, 'orders', 'to_local');
+remote_outbox($remote, 'parcels', 'to_parcels');
 
-$ENV{PG_TIDE_REMOTE_PASSWORD} = $PgTide::Remote::PASSWORD;
-my $node = tide_node('local', "pg_tide.relay_naptime_ms = 1000\n");
+my $node = local_node('local', "pg_tide.relay_naptime_ms = 1000\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 sub rsql { return $remote->safe_psql('postgres', $_[0]) }

@@ -22,7 +22,7 @@ void
 RelayFileValidate(const cJSON *config, cJSON *out)
 {
 	const char *hint = "Give \"path\" as an absolute file name such as \"/var/log/pg_tide/orders.jsonl\".";
-	const cJSON *path = cJSON_GetObjectItemCaseSensitive(config, "path");
+	const cJSON *path;
 
 	if (!RelayConfigRoleHas(ROLE_PG_WRITE_SERVER_FILES))
 		ereport(ERROR,
@@ -30,9 +30,7 @@ RelayFileValidate(const cJSON *config, cJSON *out)
 				 errmsg("permission denied to set a file pipeline"),
 				 errdetail("The relay writes the file as the operating system user of the server."),
 				 errhint("Only superusers and members of pg_write_server_files may set a file pipeline.")));
-	if (path == NULL)
-		RelayConfigError(hint, "config key \"path\" is missing");
-	RelayConfigCheckType("path", path, "string", hint);
+	path = RelayConfigRequiredString(config, "path", hint);
 	if (path->valuestring[0] != '/')
 		RelayConfigError(hint, "config key \"path\" must be an absolute path: \"%s\"", path->valuestring);
 	if (RelayConfigMatches(path->valuestring, "[[:cntrl:]]"))

@@ -224,17 +224,5 @@ file_cancel(void *state, RelaySinkBatch *batch)
 {
 }
 
-static const RelaySinkRoutine file_routine = {
-	.name = "file",
-	.config_keys = RelayFileConfigKeys,
-	.validate = RelayFileValidate,
-	.open = file_open,
-	.start = file_start,
-	.progress = file_progress,
-	.outcomes = file_outcomes,
-	.cancel = file_cancel,
-	.close = NULL,
-};
-
-/* The init symbol of the file sink, built into pg_tide.so (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(file, file_routine);
+/* The routine and init symbol of the file sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(file, RelayFileConfigKeys, RelayFileValidate);

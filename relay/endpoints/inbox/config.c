@@ -103,15 +103,10 @@ RelayInboxValidate(const cJSON *config, cJSON *out)
 	const char *hint = "Give \"inbox\", the name of an inbox of this database that tide.inbox_create() made.";
 	const char *header_hint = "Give \"event_id_header\" as the name of the message header whose value is the "
 		"event id, or leave it out to use the message's identity outbox_<outbox>:<id>.";
-	const cJSON *inbox = cJSON_GetObjectItemCaseSensitive(config, "inbox");
-	const cJSON *header = cJSON_GetObjectItemCaseSensitive(config, "event_id_header");
+	const cJSON *inbox = RelayConfigRequiredString(config, "inbox", hint);
 
-	if (inbox == NULL)
-		RelayConfigError(hint, "config key \"inbox\" is missing");
-	RelayConfigCheckType("inbox", inbox, "string", hint);
 	TideValidateName("inbox", inbox->valuestring);
-	if (header != NULL)
-		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
+	RelayConfigAddHeaderName(config, out, "event_id_header", header_hint);
 	if (!in_relay_worker())
 	{
 		Oid			role = RelayConfigRole();
@@ -133,6 +128,4 @@ RelayInboxValidate(const cJSON *config, cJSON *out)
 							 t.table)));
 	}
 	RelayConfigAddCopy(out, "inbox", inbox);
-	if (header != NULL)
-		RelayConfigAddCopy(out, "event_id_header", header);
 }

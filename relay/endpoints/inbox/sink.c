@@ -353,28 +353,17 @@ inbox_store(void *state, const char *pipeline, const RelayMessage *msgs, int nms
 		InboxWakeAtCommit(sink->inbox);
 }
 
-static const RelaySinkRoutine inbox_routine = {
-	.name = "inbox",
-	.config_keys = RelayInboxConfigKeys,
-	/* the inbox keeps what was delivered: an attempt row each would double it */
-	.log_failures_by_default = true,
-
-	/*
-	 * Nothing waits on a network: what a batch costs beyond its rows (its
-	 * lease, its record, two commits) is spread over more rows
-	 * (bench/inbox_sink.sh: 0.46 of a plain INSERT ... SELECT in batches of
-	 * 100, 0.60 in batches of 1,000).
-	 */
-	.default_batch_size = 1000,
-	.validate = RelayInboxValidate,
-	.open = inbox_open,
-	.start = inbox_start,
-	.progress = inbox_progress,
-	.outcomes = inbox_outcomes,
-	.cancel = inbox_cancel,
-	.close = inbox_close,
-	.store = inbox_store,
-};
-
-/* The init symbol of the inbox sink, built into pg_tide.so (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(inbox, inbox_routine);
+/*
+ * The routine and init symbol of the inbox sink, built into pg_tide.so
+ * (endpoints/registry.h). Failures are logged by default: the inbox keeps
+ * what was delivered, an attempt row each would double it. Nothing waits
+ * on a network: what a batch costs beyond its rows (its lease, its record,
+ * two commits) is spread over more rows by default (bench/inbox_sink.sh:
+ * 0.46 of a plain INSERT ... SELECT in batches of 100, 0.60 in batches of
+ * 1,000).
+ */
+RELAY_SINK_ENDPOINT(inbox, RelayInboxConfigKeys, RelayInboxValidate,
+					.log_failures_by_default = true,
+					.default_batch_size = 1000,
+					.close = inbox_close,
+					.store = inbox_store);

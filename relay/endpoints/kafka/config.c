@@ -48,16 +48,14 @@ static const char *const producer_properties[] = {
 
 /* bootstrap_servers: "host:port[,host:port...]", hosts as names, IPv4 or [IPv6]. */
 static void
-check_bootstrap_servers(const cJSON *v)
+check_bootstrap_servers(const cJSON *config)
 {
 	const char *hint = "Give \"bootstrap_servers\" as \"host:port\" or \"host:port,host:port\", "
 		"for example \"kafka1.example.com:9092,kafka2.example.com:9092\".";
+	const cJSON *v = RelayConfigRequiredString(config, "bootstrap_servers", hint);
 	char	   *list;
 	char	   *save = NULL;
 
-	if (v == NULL)
-		RelayConfigError(hint, "config key \"bootstrap_servers\" is missing");
-	RelayConfigCheckType("bootstrap_servers", v, "string", hint);
 	if (!RelayConfigMatches(v->valuestring,
 							"^([A-Za-z0-9._-]+|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}"
 							"(,([A-Za-z0-9._-]+|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5})*$"))
@@ -163,7 +161,6 @@ check_producer(const cJSON *producer, cJSON *out)
 void
 RelayKafkaValidate(const cJSON *config, cJSON *out)
 {
-	static const char *const bodies[] = {"payload", "envelope", NULL};
 	static const char *const codecs[] = {"none", "gzip", "snappy", "lz4", "zstd", NULL};
 	const cJSON *servers = cJSON_GetObjectItemCaseSensitive(config, "bootstrap_servers");
 	const cJSON *topic = cJSON_GetObjectItemCaseSensitive(config, "topic");
@@ -171,13 +168,11 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	char		errstr[512];
 	rd_kafka_conf_t *conf;
 
-	check_bootstrap_servers(servers);
+	check_bootstrap_servers(config);
 	RelayConfigAddCopy(out, "bootstrap_servers", servers);
 	check_topic(topic);
 	RelayConfigAddCopy(out, "topic", topic);
-	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 1000));
-	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 1000, 600000, 10000));
-	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayBrokerAddSendSettings(config, out, 1000, 1000);
 	RelayConfigAddString(out, "compression", RelayConfigChoice(config, "compression", codecs, "none"));
 	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)

@@ -435,10 +435,7 @@ produce(KafkaBatch *kb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (kp->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload);
+	RelayBrokerAppendBody(&body, m, kp->envelope);
 	headers = rd_kafka_headers_new(8);
 	RelayBrokerForEachHeader(m, add_header, headers);
 	err = rd_kafka_producev(kp->rk,
@@ -538,12 +535,8 @@ kafka_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 				o->latency_ms = (GetCurrentTimestamp() - kb->sent_at[i]) / 1000.0;
 				break;
 			case RELAY_SEND_SKIPPED:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: the earlier message of its ordering key failed");
-				break;
 			case RELAY_SEND_WAITING:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: an earlier failure or the batch's timeout_ms came first");
+				RelaySendWindowNotSent(&kb->window, i, o);
 				break;
 		}
 	}
@@ -629,20 +622,6 @@ kafka_close(void *state)
 		explicit_bzero(kp->fingerprint, strlen(kp->fingerprint));
 }
 
-static const RelaySinkRoutine kafka_routine = {
-	.name = "kafka",
-	.log_failures_by_default = true,
-	.sends_on_own_threads = true,
-	.config_keys = RelayKafkaConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayKafkaValidate,
-	.open = kafka_open,
-	.start = kafka_start,
-	.progress = kafka_progress,
-	.outcomes = kafka_outcomes,
-	.cancel = kafka_cancel,
-	.close = kafka_close,
-};
-
-/* The init symbol of the Kafka sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(kafka, kafka_routine);
+/* The routine and init symbol of the Kafka sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(kafka, RelayKafkaConfigKeys, RelayKafkaValidate,
+					.sends_on_own_threads = true);

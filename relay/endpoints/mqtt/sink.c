@@ -723,10 +723,7 @@ publish(MqttPipeline *p, MqttBatch *mb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (c->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload ? m->payload : "null");
+	RelayBrokerAppendBody(&body, m, c->envelope);
 	if (c->v5)
 	{
 		mosquitto_property_add_string(&props, MQTT_PROP_CONTENT_TYPE, "application/json");
@@ -855,14 +852,10 @@ mqtt_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 	{
 		if (mb->known[i])
 			result->each[i] = mb->each[i];
-		else if (mb->window.state[i] == RELAY_SEND_SKIPPED)
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: the earlier message of its ordering key failed");
-		else if (mb->link_failed)
+		else if (mb->link_failed && mb->window.state[i] != RELAY_SEND_SKIPPED)
 			RelaySetFailure(&result->each[i], RELAY_UNREACHABLE, mb->link_class, 0, mb->link_error);
 		else
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&mb->window, i, &result->each[i]);
 	}
 	p->mb = NULL;
 }
@@ -957,19 +950,5 @@ mqtt_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine mqtt_routine = {
-	.name = "mqtt",
-	.log_failures_by_default = true,
-	.config_keys = RelayMqttConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayMqttValidate,
-	.open = mqtt_open,
-	.start = mqtt_start,
-	.progress = mqtt_progress,
-	.outcomes = mqtt_outcomes,
-	.cancel = mqtt_cancel,
-	.close = mqtt_close,
-};
-
-/* The init symbol of the MQTT sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(mqtt, mqtt_routine);
+/* The routine and init symbol of the MQTT sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(mqtt, RelayMqttConfigKeys, RelayMqttValidate);

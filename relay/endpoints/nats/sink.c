@@ -662,10 +662,7 @@ publish(NatsPipeline *p, RelaySinkBatch *batch, NatsBatch *nb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	if (p->envelope)
-		RelayAppendMessageJson(&body, m);
-	else
-		appendStringInfoString(&body, m->payload);
+	RelayBrokerAppendBody(&body, m, p->envelope);
 
 	RelayMessageIdentity(id, sizeof(id), m->outbox, m->id);
 	s = natsMsg_Create(&msg, subject.data, NULL, body.data, body.len);
@@ -878,8 +875,7 @@ nats_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 									"timeout: no acknowledgement from JetStream within the batch's timeout_ms");
 				break;
 			case RELAY_SEND_SKIPPED:
-				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-								"not sent: the earlier message of its ordering key failed");
+				RelaySendWindowNotSent(&nb->w, i, o);
 				break;
 			case RELAY_SEND_WAITING:
 				RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
@@ -996,20 +992,6 @@ nats_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine nats_routine = {
-	.name = "nats",
-	.log_failures_by_default = true,
-	.sends_on_own_threads = true,
-	.config_keys = RelayNatsConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayNatsValidate,
-	.open = nats_open,
-	.start = nats_start,
-	.progress = nats_progress,
-	.outcomes = nats_outcomes,
-	.cancel = nats_cancel,
-	.close = nats_close,
-};
-
-/* The init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(nats, nats_routine);
+/* The routine and init symbol of the NATS JetStream sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(nats, RelayNatsConfigKeys, RelayNatsValidate,
+					.sends_on_own_threads = true);

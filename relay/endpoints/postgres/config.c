@@ -104,16 +104,13 @@ check_keyword(const PQconninfoOption *o)
 void
 RemoteValidateConnection(const cJSON *config, cJSON *out)
 {
-	const cJSON *conn = cJSON_GetObjectItemCaseSensitive(config, "connection");
+	const cJSON *conn = RelayConfigRequiredString(config, "connection", CONNECTION_HINT);
 	const cJSON *password = cJSON_GetObjectItemCaseSensitive(config, "password");
 	const char *file_hint = "Give the TLS files as absolute file names, a client certificate "
 		"(\"sslcert\") with its key (\"sslkey\").";
 	PQconninfoOption *opts;
 	char	   *parse_error = NULL;
 
-	if (conn == NULL)
-		RelayConfigError(CONNECTION_HINT, "config key \"connection\" is missing");
-	RelayConfigCheckType("connection", conn, "string", CONNECTION_HINT);
 	if (RelayConfigMatches(conn->valuestring, "[[:cntrl:]]"))
 		RelayConfigError(CONNECTION_HINT, "config key \"connection\" must not contain control characters");
 	opts = PQconninfoParse(conn->valuestring, &parse_error);
@@ -176,21 +173,13 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 	const char *inbox_hint = "Give \"inbox\", the name of an inbox of the remote database.";
 	const char *header_hint = "Give \"event_id_header\" as the name of a header whose value is the event id, "
 		"or leave it out to use the message's identity outbox_<outbox>:<id>.";
-	const cJSON *inbox = cJSON_GetObjectItemCaseSensitive(config, "inbox");
-	const cJSON *header = cJSON_GetObjectItemCaseSensitive(config, "event_id_header");
+	const cJSON *inbox = RelayConfigRequiredString(config, "inbox", inbox_hint);
 
-	if (inbox == NULL)
-		RelayConfigError(inbox_hint, "config key \"inbox\" is missing");
-	RelayConfigCheckType("inbox", inbox, "string", inbox_hint);
 	if (!RelayConfigMatches(inbox->valuestring, "^[A-Za-z0-9_.:-]{1,63}$"))
 		RelayConfigError("Inbox names have 1 to 63 bytes of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".",
 						 "config key \"inbox\" is not an inbox name: \"%s\"", inbox->valuestring);
 	RelayConfigAddCopy(out, "inbox", inbox);
-	if (header != NULL)
-	{
-		RelayConfigCheckHeaderName("event_id_header", header, header_hint);
-		RelayConfigAddCopy(out, "event_id_header", header);
-	}
+	RelayConfigAddHeaderName(config, out, "event_id_header", header_hint);
 	RemoteValidateConnection(config, out);
 }
 
@@ -198,11 +187,8 @@ RemoteSinkValidate(const cJSON *config, cJSON *out)
 static void
 check_remote_name(const cJSON *config, cJSON *out, const char *key, const char *hint)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+	const cJSON *v = RelayConfigRequiredString(config, key, hint);
 
-	if (v == NULL)
-		RelayConfigError(hint, "config key \"%s\" is missing", key);
-	RelayConfigCheckType(key, v, "string", hint);
 	if (!RelayConfigMatches(v->valuestring, "^[A-Za-z0-9_.:-]{1,63}$"))
 		RelayConfigError("Names have 1 to 63 bytes of ASCII letters, digits, \"_\", \"-\", \".\" and \":\".",
 						 "config key \"%s\" is not a name: \"%s\"", key, v->valuestring);

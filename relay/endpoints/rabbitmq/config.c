@@ -54,7 +54,6 @@ check_auth(const cJSON *auth)
 void
 RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 {
-	static const char *const bodies[] = {"payload", "envelope", NULL};
 	const char *host_hint = "Give \"host\", the name or address of the RabbitMQ server, such as \"rabbitmq.internal\".";
 	const char *exchange_hint = "Give \"exchange\" as an exchange name, \"\" for the default exchange, or a template such as \"orders.{type}\".";
 	const char *rk_hint = "Give \"routing_key\" as a name or a template such as \"orders.{type}\"; with \"ordering\": \"key\" it may be left out to route by the ordering key.";
@@ -104,9 +103,7 @@ RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 	else if (!(cJSON_IsString(ordering) && strcmp(ordering->valuestring, "key") == 0))
 		RelayConfigError(rk_hint, "config key \"routing_key\" is missing");
 
-	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 100));
-	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 100, 600000, 10000));
-	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayBrokerAddSendSettings(config, out, 100, 100);
 	if (auth != NULL)
 	{
 		check_auth(auth);

@@ -942,10 +942,7 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 	}
 
 	resetStringInfo(body);
-	if (st->cfg.envelope)
-		RelayAppendMessageJson(body, msg);
-	else
-		appendStringInfoString(body, msg->payload ? msg->payload : "null");
+	RelayBrokerAppendBody(body, msg, st->cfg.envelope);
 
 	rm->sent_at = GetCurrentTimestamp();
 	rm->body_len = body->len;
@@ -1103,10 +1100,7 @@ rabbitmq_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *resul
 		if (rb->m[i].settled)
 			result->each[i] = rb->m[i].o;
 		else
-			RelaySetFailure(&result->each[i], RELAY_NOT_SENT, "not_sent", 0,
-							rb->window.state[i] == RELAY_SEND_SKIPPED ?
-							"not sent: the earlier message of its ordering key failed" :
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&rb->window, i, &result->each[i]);
 	}
 	st->rb = NULL;
 	watch_socket(st, false);
@@ -1196,19 +1190,5 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine rabbitmq_routine = {
-	.name = "rabbitmq",
-	.log_failures_by_default = true,
-	.config_keys = RelayRabbitmqConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RelayRabbitmqValidate,
-	.open = rabbitmq_open,
-	.start = rabbitmq_start,
-	.progress = rabbitmq_progress,
-	.outcomes = rabbitmq_outcomes,
-	.cancel = rabbitmq_cancel,
-	.close = rabbitmq_close,
-};
-
-/* The init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(rabbitmq, rabbitmq_routine);
+/* The routine and init symbol of the RabbitMQ sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(rabbitmq, RelayRabbitmqConfigKeys, RelayRabbitmqValidate);

@@ -140,10 +140,9 @@ check_auth(const cJSON *auth)
 void
 RedisValidate(const cJSON *config, cJSON *out)
 {
-	static const char *const bodies[] = {"payload", "envelope", NULL};
 	const char *url_hint = "Give \"url\" as \"redis://<host>[:<port>][/<database number>]\", "
 		"for example \"redis://127.0.0.1:6379/0\".";
-	const cJSON *url = cJSON_GetObjectItemCaseSensitive(config, "url");
+	const cJSON *url;
 	const cJSON *stream = cJSON_GetObjectItemCaseSensitive(config, "stream");
 	const cJSON *auth = cJSON_GetObjectItemCaseSensitive(config, "auth");
 	RedisAddress addr;
@@ -156,9 +155,7 @@ RedisValidate(const cJSON *config, cJSON *out)
 								  "over a private network or a TLS tunnel such as stunnel.",
 								  DLSUFFIX, HIREDIS_MAJOR, HIREDIS_MINOR),
 						 "config key \"tls\" is not supported by the redis sink");
-	if (url == NULL)
-		RelayConfigError(url_hint, "config key \"url\" is missing");
-	RelayConfigCheckType("url", url, "string", url_hint);
+	url = RelayConfigRequiredString(config, "url", url_hint);
 	if (RelayConfigMatches(url->valuestring, "[[:space:][:cntrl:]]"))
 		RelayConfigError(url_hint, "config key \"url\" must not contain white space or control characters");
 	if (!RedisParseUrl(url->valuestring, &addr, &why))
@@ -187,9 +184,7 @@ RedisValidate(const cJSON *config, cJSON *out)
 	maxlen = RelayConfigInt(config, "maxlen", "maxlen", 1, PG_INT32_MAX, 0);
 	if (maxlen > 0)
 		RelayConfigAddInt(out, "maxlen", maxlen);
-	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 100));
-	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 100, 600000, 10000));
-	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayBrokerAddSendSettings(config, out, 100, 100);
 	if (auth != NULL)
 	{
 		check_auth(auth);

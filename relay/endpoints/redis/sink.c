@@ -788,12 +788,8 @@ redis_outcomes(void *state, RelaySinkBatch *batch, RelayDeliveryResult *result)
 		*o = rb->each[i];
 		if (o->outcome == RELAY_DELIVERED && rb->entry_id[i][0] != '\0')
 			o->response = rb->entry_id[i];
-		else if (o->outcome == RELAY_NOT_SENT && rb->window.state[i] == RELAY_SEND_SKIPPED)
-			RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: the earlier message of its ordering key failed");
 		else if (o->outcome == RELAY_NOT_SENT)
-			RelaySetFailure(o, RELAY_NOT_SENT, "not_sent", 0,
-							"not sent: an earlier failure or the batch's timeout_ms came first");
+			RelaySendWindowNotSent(&rb->window, i, o);
 	}
 	s->rb = NULL;
 }
@@ -868,19 +864,5 @@ redis_open(const cJSON *config, RelaySinkOpened *opened)
 	return true;
 }
 
-static const RelaySinkRoutine redis_routine = {
-	.name = "redis",
-	.log_failures_by_default = true,
-	.config_keys = RedisConfigKeys,
-	.secret_keys = RelayBrokerSecretKeys,
-	.validate = RedisValidate,
-	.open = redis_open,
-	.start = redis_start,
-	.progress = redis_progress,
-	.outcomes = redis_outcomes,
-	.cancel = redis_cancel,
-	.close = redis_close,
-};
-
-/* The init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(redis, redis_routine);
+/* The routine and init symbol of the Redis Streams sink, a module (endpoints/registry.h). */
+RELAY_BROKER_SINK_ENDPOINT(redis, RedisConfigKeys, RedisValidate);

@@ -1216,18 +1216,6 @@ webhook_open(const cJSON *config, RelaySinkOpened *opened)
  */
 static const char *const webhook_secret_keys[] = {"signing_secret", "headers.*", NULL};
 
-static const RelaySinkRoutine webhook_routine = {
-	.name = "webhook",
-	.config_keys = RelayWebhookConfigKeys,
-	.secret_keys = webhook_secret_keys,
-	.validate = RelayWebhookValidate,
-	.open = webhook_open,
-	.start = webhook_start,
-	.progress = webhook_progress,
-	.outcomes = webhook_outcomes,
-	.cancel = webhook_cancel,
-	.close = NULL,
-};
-
-/* The init symbol of the webhook sink, built into pg_tide.so (endpoints/registry.h). */
-RELAY_SINK_ENDPOINT(webhook, webhook_routine);
+/* The routine and init symbol of the webhook sink, built into pg_tide.so (endpoints/registry.h). */
+RELAY_SINK_ENDPOINT(webhook, RelayWebhookConfigKeys, RelayWebhookValidate,
+					.secret_keys = webhook_secret_keys);

@@ -10,7 +10,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use PgTide::TestNode qw(tide_node wait_until);
 
-our @EXPORT = qw(remote_node remote_source_config random_faults);
+our @EXPORT = qw(remote_node remote_outbox local_node remote_source_config inbox_ids error_class random_faults);
 
 # The password of role relay on a remote node.
 our $PASSWORD = 'relay-secret';
@@ -30,6 +30,49 @@ sub remote_node
 	close $f;
 	$node->reload;
 	return $node;
+}
+
+# remote_outbox($remote, $outbox, $group): outbox $outbox on $remote, which
+# role relay may consume, with consumer group $group.
+sub remote_outbox
+{
+	my ($remote, $outbox, $group) = @_;
+	$remote->safe_psql('postgres', qq{
+		SELECT tide.outbox_create('$outbox');
+		SELECT tide.outbox_grant_consume('$outbox', 'relay');
+		SELECT tide.create_consumer_group('$group', '$outbox')});
+}
+
+# local_node($name, $extra_conf): the node whose relay reaches the remote,
+# started with PG_TIDE_REMOTE_PASSWORD in its environment (the password
+# the configs refer to).
+sub local_node
+{
+	my ($name, $extra_conf) = @_;
+	$ENV{PG_TIDE_REMOTE_PASSWORD} = $PASSWORD;
+	return tide_node($name, $extra_conf);
+}
+
+# inbox_ids($node, $inbox, $outbox): the ids of outbox $outbox's messages
+# in inbox $inbox of $node (event id outbox_<outbox>:<id>) => times present.
+sub inbox_ids
+{
+	my ($node, $inbox, $outbox) = @_;
+	my %seen;
+	for (split /\n/, $node->safe_psql('postgres', "SELECT event_id FROM tide.${inbox}_inbox"))
+	{
+		$seen{$1}++ if /^outbox_\Q$outbox\E:(\d+)$/;
+	}
+	return \%seen;
+}
+
+# error_class($node, $pipeline): the class of the pipeline's last error on
+# $node, '' when none.
+sub error_class
+{
+	my ($node, $pipeline) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(last_error_class, '') FROM tide.relay_pipeline_health WHERE pipeline_id = '$pipeline'");
 }
 
 # remote_source_config($remote, %keys): the config of a postgres source
