@@ -128,8 +128,11 @@ sql(q{ALTER TABLE tide.serial_inbox RENAME COLUMN processed_at_renamed TO proces
 receive('serial', 'after', 3);
 ok(wait_until(sub { sql(q{SELECT count(*) FROM tide.serial_inbox WHERE processed_at IS NULL}) eq '0' }, 90, 100_000),
 	'test 3: restored, the events are handled');
-is(sql(q{SELECT coalesce(held_reason, 'none') FROM tide.inbox_handler_status WHERE inbox = 'serial'}),
-	'none', 'test 3: and the hold is over');
+# a worker whose step failed as the table was restored may record its
+# error after another's batch: the hold ends with its own next batch
+ok(wait_until(sub { sql(q{SELECT held_since IS NULL AND held_reason IS NULL FROM tide.inbox_handler_status
+                           WHERE inbox = 'serial'}) eq 't' }, 60, 100_000),
+	'test 3: and the hold is over');
 
 $node->stop;
 done_testing();
