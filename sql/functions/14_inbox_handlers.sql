@@ -319,8 +319,10 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._inbox_handler_hold(text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 
 -- Runs an inbox's handler on one batch of its pending events now, as the
--- relay does (relay/inbox_handler.c); returns how many were processed.
--- For the superuser only: the relay's worker calls the same code.
+-- relay does (relay/inbox_handler.c), holding one of the inbox's
+-- concurrency slots until the caller's transaction ends; returns how many
+-- were processed (0 when every slot is taken). For the superuser only: the
+-- relay's worker calls the same code.
 CREATE OR REPLACE FUNCTION tide._inbox_handle(p_inbox text)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_inbox_handle'
