@@ -28,7 +28,7 @@
  * unit: nothing is claimed, the hold is logged once, then at most once a
  * minute, and written where inbox_handler_status shows it, and the unit
  * tries again after 1 s, doubling up to a minute. An ERROR of a step (a
- * column of the inbox's table renamed, a lock or statement timeout) is the
+ * column of the inbox's table renamed, a full disk, a deadlock) is the
  * engine's: it holds the unit likewise, and handler_note_error writes it
  * where inbox_handler_status shows it.
  */
