@@ -3,10 +3,16 @@
  *		The handler flow (flow.h): an inbox with an enabled handler of
  *		tide.relay_inbox_handlers runs its pending events through the
  *		handler. A unit is an inbox's handler; its work is the inbox's
- *		pending events; one step processes up to `concurrency` batches, each
- *		claimed and run in a short transaction of its own
- *		(relay/inbox_handler.c), with no operation left in flight: the
- *		handler runs inside the transaction that marks its events.
+ *		pending events; one step processes one batch, claimed and run in a
+ *		short transaction of its own (relay/inbox_handler.c), with no
+ *		operation left in flight: the handler runs inside the transaction
+ *		that marks its events.
+ *
+ * Every relay worker of the database serves every handler; the batch's
+ * transaction takes one of the inbox's `concurrency` slots first, so at
+ * most that many workers run batches of one inbox at once (one: one after
+ * another, in id order), and a worker that finds them all taken leaves the
+ * inbox to them.
  *
  * When a unit looks: after a commit that stored events into an inbox with
  * a handler (src/inbox_wake.c counts those apart from the commits that
@@ -21,8 +27,10 @@
  * of the handler's owner taken away: tide._inbox_handler_problem) holds the
  * unit: nothing is claimed, the hold is logged once, then at most once a
  * minute, and written where inbox_handler_status shows it, and the unit
- * tries again after 1 s, doubling up to a minute. An ERROR of a step (the
- * inbox's table dropped, say) is the engine's: it holds the unit likewise.
+ * tries again after 1 s, doubling up to a minute. An ERROR of a step (a
+ * column of the inbox's table renamed, a full disk, a deadlock) is the
+ * engine's: it holds the unit likewise, and handler_note_error writes it
+ * where inbox_handler_status shows it.
  */
 #include "postgres.h"
 
@@ -33,13 +41,17 @@
 #include "utils/timestamp.h"
 
 #include "flow.h"
+#include "flow_errors.h"
 #include "inbox_handler.h"
 #include "inbox_wake.h"
 #include "pg_tide.h"
 #include "relay_xact.h"
+#include "sink.h"
 
 /* The longest a unit goes without looking when the engine asks it to. */
 #define HANDLER_LOOK_MS 1000
+/* Longest step error kept, in bytes (an ERROR's message can be long). */
+#define HANDLER_ERROR_MAX_BYTES 1024
 /* A held handler's pauses: from 1 s, doubling, to a minute. */
 #define HANDLER_HOLD_MIN_MS 1000
 #define HANDLER_HOLD_MAX_MS 60000
@@ -147,9 +159,9 @@ hold_handler(RelayUnit *u, const char *why)
 }
 
 /*
- * A unit's step: when it is to look (see the top of this file), up to
- * `concurrency` batches of the inbox's pending events, each in a short
- * transaction; a full last batch makes it look again at once.
+ * A unit's step: when it is to look (see the top of this file), one batch
+ * of the inbox's pending events in a short transaction; a full batch makes
+ * it look again at once, after the other units' turns.
  */
 static void
 handler_step(RelayUnit *u)
@@ -158,7 +170,6 @@ handler_step(RelayUnit *u)
 	uint64		inbox_commits = WakeInboxCommitCount(MyDatabaseId);
 	TimestampTz now = GetCurrentTimestamp();
 	InboxHandlerOutcome out;
-	int			batches = 1;
 
 	if (!u->look)
 		return;
@@ -169,34 +180,31 @@ handler_step(RelayUnit *u)
 	HU(u)->seen_inbox_commits = inbox_commits;
 	HU(u)->looked_at = now;
 	HU(u)->quiet = false;
-	for (int i = 0; i < batches; i++)
+	RelayBeginShortXact("pg_tide relay: running an inbox handler");
+	InboxHandlerRunBatch(h->inbox, &out);
+	RelayEndShortXact(RelayLoopContext());
+	if (out.held != NULL)
 	{
-		RelayBeginShortXact("pg_tide relay: running an inbox handler");
-		InboxHandlerRunBatch(h->inbox, &out);
-		RelayEndShortXact(RelayLoopContext());
-		if (out.held != NULL)
-		{
-			hold_handler(u, out.held);
-			return;
-		}
-		if (u->holds > 0)
-		{
-			u->holds = 0;
-			RelayEndHold(u, "the handler runs again");
-		}
-		/* disabled or removed since the reading: the next reading lets it go */
-		if (!out.found || out.claimed < out.batch_size)
-		{
-			HU(u)->quiet = true;
-			break;
-		}
-		batches = out.concurrency;
-		if (i + 1 == batches)
-		{
-			/* a full batch: more may wait, after the others' turns */
-			u->look = true;
-			RelayWakeAt(GetCurrentTimestamp());
-		}
+		hold_handler(u, out.held);
+		return;
+	}
+	if (u->holds > 0)
+	{
+		u->holds = 0;
+		RelayEndHold(u, "the handler runs again");
+	}
+
+	/*
+	 * Disabled or removed since the reading (the next reading lets it go),
+	 * drained, or every slot taken by the batches of the database's other
+	 * workers, which look again themselves after a full batch.
+	 */
+	if (!out.found || out.busy || out.claimed < out.batch_size)
+		HU(u)->quiet = true;
+	else
+	{
+		u->look = true;
+		RelayWakeAt(GetCurrentTimestamp());
 	}
 	RelayUnitOk(u);
 	RelayEndOperations(u, false);
@@ -238,13 +246,27 @@ handler_abandoned(RelayOperation *op)
 
 /*
  * A step ended in an ERROR (the engine logs it and holds the unit): the
+ * hold and the message go where inbox_handler_status shows them, until a
+ * batch commits (its transaction ends the hold, as after any hold); the
  * unit looks again when the hold ends, whatever was committed meanwhile.
  * Never raises.
  */
 static void
 handler_note_error(RelayUnit *u, const char *message)
 {
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	char		clean[HANDLER_ERROR_MAX_BYTES];
+
 	HU(u)->quiet = false;
+	RelayCleanText(clean, sizeof(clean), message, strlen(message));
+	values[0] = CStringGetTextDatum(u->name);
+	values[1] = CStringGetTextDatum(psprintf("its last step ended in an error (%d in a row): %s",
+											 u->errors, clean));
+	RelayRecordInOwnXact("relay_inbox_handler_health", &plan,
+						 "SELECT tide._inbox_handler_hold($1, $2)", 2, types, values,
+						 psprintf("the error of the handler of inbox \"%s\"", u->name), &u->record_log);
 }
 
 /* A reading holds nothing outside its memory. */

@@ -8,7 +8,14 @@
  *	  it may run: the role that set it may still make it run as run_as, and
  *	  run_as still has the rights to process the inbox. If not, the handler
  *	  is held (not an event's fault: no event is claimed or counted).
- * 2. Claim the oldest pending events (not processed, not dead-lettered, no
+ * 2. Take one of the inbox's `concurrency` slots: a transaction-level
+ *	  advisory lock (INBOX_HANDLER_SLOT_KEY + slot, the name's hash), tried
+ *	  without waiting. When every slot is taken, `concurrency` batches of
+ *	  the inbox run already (in the database's other relay workers): this
+ *	  one claims nothing. With one slot, batches run one after another,
+ *	  each committed before the next claims, so the events are handled in
+ *	  id order.
+ *	  Claim the oldest pending events (not processed, not dead-lettered, no
  *	  live claim) with FOR UPDATE SKIP LOCKED: concurrent batches, and
  *	  clients calling inbox_process, get disjoint events.
  * 3. Run the handler on each, in a subtransaction of its own, as run_as:
@@ -34,8 +41,10 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -191,6 +200,27 @@ inbox_plans(const char *inbox, const HandlerRow *row)
 								  row->table),
 						 3, fail_types);
 	return hp;
+}
+
+/*
+ * Step 2's slot: takes one of the inbox's `concurrency` slots for the rest
+ * of the transaction, without waiting; false when every one is taken. The
+ * hash is hashtext's of the name, so that SQL can find the locks.
+ */
+static bool
+take_slot(const char *inbox, int concurrency)
+{
+	uint32		hash = hash_bytes((const unsigned char *) inbox, strlen(inbox));
+
+	for (int slot = 0; slot < concurrency; slot++)
+	{
+		LOCKTAG		tag;
+
+		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, INBOX_HANDLER_SLOT_KEY + slot, hash, 2);
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return true;
+	}
+	return false;
 }
 
 /* Records the relay's hold of a handler, or its end (reason NULL). */
@@ -370,17 +400,22 @@ InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
 		return;
 	out->found = true;
 	out->batch_size = row.batch_size;
-	out->concurrency = row.concurrency;
 	if (row.problem != NULL)
 	{
 		out->held = row.problem;
 		record_hold(inbox, row.problem);
 		return;
 	}
-	if (row.was_held)
-		record_hold(inbox, NULL);
 
 	/* Step 2 */
+	if (!take_slot(inbox, row.concurrency))
+	{
+		out->busy = true;
+		return;
+	}
+	/* it runs again: undone with the batch, should the batch fail */
+	if (row.was_held)
+		record_hold(inbox, NULL);
 	hp = inbox_plans(inbox, &row);
 	claim_args[0] = Int32GetDatum(row.batch_size);
 	if (SPI_execute_plan(hp->claim, claim_args, NULL, false, 0) != SPI_OK_SELECT)
@@ -424,7 +459,8 @@ InboxHandlerRunBatch(const char *inbox, InboxHandlerOutcome *out)
  * tide._inbox_handle(inbox): one batch of the inbox's handler now, in the
  * caller's transaction, as the relay runs it; returns how many events were
  * processed, NULL when the inbox has no enabled handler. A held handler is
- * reported with a WARNING. Superuser only: it runs code as other roles.
+ * reported with a WARNING; a batch that finds every slot of the inbox
+ * taken (step 2) processes nothing and returns 0. Superuser only: it runs code as other roles.
  */
 Datum
 tide_inbox_handle(PG_FUNCTION_ARGS)

@@ -21,7 +21,8 @@
  * never raised, so it cannot turn one pipeline's trouble into the worker's;
  * while such failures go on, the log says so at most once a minute per
  * pipeline (log_repeat.c).
- * Nothing is written while a DROP EXTENSION holds the table.
+ * Nothing is written while a DROP EXTENSION holds the table. The other
+ * flows write their units' states the same way (RelayRecordInOwnXact).
  */
 #include "postgres.h"
 
@@ -51,15 +52,16 @@ static SPIPlanPtr forget_plan = NULL;
 static RelayRepeat forget_log;
 
 /*
- * Runs one planned statement in a short transaction of its own; the
- * caller's memory context is kept. An ERROR is logged with what was being
- * recorded and then dropped, and false returned. `log` is the pipeline's
- * record of such failures: the log says when they begin, at most once a
- * minute while they go on (log_repeat.c), and when a record works again.
+ * Runs one planned statement that writes `table` in a short transaction of
+ * its own; the caller's memory context is kept. An ERROR is logged with
+ * what was being recorded and then dropped, and false returned. `log` is
+ * the unit's record of such failures: the log says when they begin, at
+ * most once a minute while they go on (log_repeat.c), and when a record
+ * works again. For every flow's state (flow_errors.h).
  */
-static bool
-run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
-				Datum *values, const char *what, RelayRepeat *log)
+bool
+RelayRecordInOwnXact(const char *table, SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
+					 Datum *values, const char *what, RelayRepeat *log)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool done = false;
@@ -70,8 +72,8 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 
 	PG_TRY();
 	{
-		RelayBeginShortXact("pg_tide relay: recording a pipeline's state");
-		if (RelayTryLockTable("relay_pipeline_health", RowExclusiveLock))
+		RelayBeginShortXact("pg_tide relay: recording a unit's state");
+		if (RelayTryLockTable(table, RowExclusiveLock))
 		{
 			if (SPI_execute_plan(TidePlan(plan, sql, nargs, types), values, NULL,
 								 false, 0) < 0)
@@ -94,7 +96,7 @@ run_in_own_xact(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
 		if (line == RELAY_REPEAT_FIRST)
 			ereport(LOG,
 					(errmsg("pg_tide relay could not record %s: %s", what, edata->message),
-					 errdetail("relay_pipeline_status may not show it until the next change."),
+					 errdetail("The status views may not show it until the next change."),
 					 errhint("Until a record works again, this is logged at most once a minute.")));
 		else if (line == RELAY_REPEAT_AGAIN)
 			ereport(LOG,
@@ -140,15 +142,15 @@ RelayRecordHold(const RelayPipeline *p, const RelayMessage *m, const RelayMessag
 	values[1] = TimestampTzGetDatum(until);
 	values[2] = Int32GetDatum(holds);
 	values[3] = CStringGetTextDatum(reason);
-	run_in_own_xact(&hold_plan,
-					"INSERT INTO tide.relay_pipeline_health AS h"
-					"  (pipeline_id, held_since, held_until, held_reason)"
-					" VALUES ($1, pg_catalog.now(), $2, $4)"
-					" ON CONFLICT (pipeline_id) DO UPDATE"
-					"   SET held_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1 OR h.held_since IS NULL"
-					"                         THEN pg_catalog.now() ELSE h.held_since END,"
-					"       held_until = $2, held_reason = $4, updated_at = pg_catalog.now()",
-					4, types, values, what, log);
+	RelayRecordInOwnXact("relay_pipeline_health", &hold_plan,
+						 "INSERT INTO tide.relay_pipeline_health AS h"
+						 "  (pipeline_id, held_since, held_until, held_reason)"
+						 " VALUES ($1, pg_catalog.now(), $2, $4)"
+						 " ON CONFLICT (pipeline_id) DO UPDATE"
+						 "   SET held_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1 OR h.held_since IS NULL"
+						 "                         THEN pg_catalog.now() ELSE h.held_since END,"
+						 "       held_until = $2, held_reason = $4, updated_at = pg_catalog.now()",
+						 4, types, values, what, log);
 }
 
 /*
@@ -170,20 +172,20 @@ RelayRecordTurnError(const char *pipeline, const char *message, int errors, Time
 	values[1] = CStringGetTextDatum(clean);
 	values[2] = Int32GetDatum(errors);
 	values[3] = TimestampTzGetDatum(until);
-	run_in_own_xact(&turn_error_plan,
-					"INSERT INTO tide.relay_pipeline_health AS h"
-					"  (pipeline_id, turn_error, turn_error_since, turn_errors,"
-					"   held_since, held_until, held_reason)"
-					" VALUES ($1, $2, pg_catalog.now(), $3, pg_catalog.now(), $4,"
-					"         'its last turn ended in an error')"
-					" ON CONFLICT (pipeline_id) DO UPDATE"
-					"   SET turn_error = $2, turn_errors = $3,"
-					"       turn_error_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1"
-					"                                 OR h.turn_error_since IS NULL"
-					"                               THEN pg_catalog.now() ELSE h.turn_error_since END,"
-					"       held_since = pg_catalog.now(), held_until = $4,"
-					"       held_reason = 'its last turn ended in an error', updated_at = pg_catalog.now()",
-					4, types, values, what, log);
+	RelayRecordInOwnXact("relay_pipeline_health", &turn_error_plan,
+						 "INSERT INTO tide.relay_pipeline_health AS h"
+						 "  (pipeline_id, turn_error, turn_error_since, turn_errors,"
+						 "   held_since, held_until, held_reason)"
+						 " VALUES ($1, $2, pg_catalog.now(), $3, pg_catalog.now(), $4,"
+						 "         'its last turn ended in an error')"
+						 " ON CONFLICT (pipeline_id) DO UPDATE"
+						 "   SET turn_error = $2, turn_errors = $3,"
+						 "       turn_error_since = CASE WHEN $3 OPERATOR(pg_catalog.<=) 1"
+						 "                                 OR h.turn_error_since IS NULL"
+						 "                               THEN pg_catalog.now() ELSE h.turn_error_since END,"
+						 "       held_since = pg_catalog.now(), held_until = $4,"
+						 "       held_reason = 'its last turn ended in an error', updated_at = pg_catalog.now()",
+						 4, types, values, what, log);
 }
 
 /*
@@ -198,12 +200,12 @@ RelayRecordTurnOk(const char *pipeline, RelayRepeat *log)
 	char	   *what = psprintf("the recovery of pipeline \"%s\"", pipeline);
 
 	values[0] = CStringGetTextDatum(pipeline);
-	run_in_own_xact(&turn_ok_plan,
-					"UPDATE tide.relay_pipeline_health"
-					"   SET turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
-					"       updated_at = pg_catalog.now()"
-					" WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND turn_error IS NOT NULL",
-					1, types, values, what, log);
+	RelayRecordInOwnXact("relay_pipeline_health", &turn_ok_plan,
+						 "UPDATE tide.relay_pipeline_health"
+						 "   SET turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
+						 "       updated_at = pg_catalog.now()"
+						 " WHERE pipeline_id OPERATOR(pg_catalog.=) $1 AND turn_error IS NOT NULL",
+						 1, types, values, what, log);
 }
 
 /*
@@ -230,15 +232,15 @@ RelayForgetPipelineStates(List *pipelines)
 		names[n++] = CStringGetTextDatum(((RelayPipeline *) lfirst(lc))->name);
 	/* text's length, by-value and alignment: no catalog look-up, no transaction is open */
 	values[0] = PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
-	done = run_in_own_xact(&forget_plan,
-						   "UPDATE tide.relay_pipeline_health h"
-						   "   SET held_since = NULL, held_until = NULL, held_reason = NULL,"
-						   "       turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
-						   "       updated_at = pg_catalog.now()"
-						   " WHERE (h.held_until IS NOT NULL OR h.turn_error IS NOT NULL)"
-						   "   AND (h.pipeline_id OPERATOR(pg_catalog.=) ANY ($1)"
-						   "        OR NOT EXISTS (SELECT FROM tide.relay_outbox_config c"
-						   "                        WHERE c.name OPERATOR(pg_catalog.=) h.pipeline_id AND c.enabled))",
-						   1, types, values, "the end of an earlier worker's holds", &forget_log);
+	done = RelayRecordInOwnXact("relay_pipeline_health", &forget_plan,
+								"UPDATE tide.relay_pipeline_health h"
+								"   SET held_since = NULL, held_until = NULL, held_reason = NULL,"
+								"       turn_error = NULL, turn_error_since = NULL, turn_errors = 0,"
+								"       updated_at = pg_catalog.now()"
+								" WHERE (h.held_until IS NOT NULL OR h.turn_error IS NOT NULL)"
+								"   AND (h.pipeline_id OPERATOR(pg_catalog.=) ANY ($1)"
+								"        OR NOT EXISTS (SELECT FROM tide.relay_outbox_config c"
+								"                        WHERE c.name OPERATOR(pg_catalog.=) h.pipeline_id AND c.enabled))",
+								1, types, values, "the end of an earlier worker's holds", &forget_log);
 	return done && n > 0;
 }

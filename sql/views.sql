@@ -244,6 +244,15 @@ SELECT h.inbox_name AS inbox,
 	   h.enabled,
 	   (h.config ->> 'batch_size')::int AS batch_size,
 	   (h.config ->> 'concurrency')::int AS concurrency,
+	   -- one batch per relay worker of the database at most
+	   least((h.config ->> 'concurrency')::int,
+			 current_setting('pg_tide.relay_workers_per_database', true)::int) AS effective_concurrency,
+	   -- the batches that hold one of its slots now (relay/inbox_handler.h)
+	   (SELECT count(*)::int FROM pg_catalog.pg_locks l
+		 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+		   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+		   AND l.classid BETWEEN 1953064960 AND 1953064960 + 15
+		   AND l.objid = hashtext(h.inbox_name)::oid) AS running,
 	   h.owner,
 	   coalesce(s.processed, 0) AS processed,
 	   coalesce(s.failed, 0) AS failed,
@@ -258,4 +267,4 @@ SELECT h.inbox_name AS inbox,
   LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name = h.inbox_name;
 
 COMMENT ON VIEW tide.inbox_handler_status
-	IS 'per inbox handler: its function and role, events processed, failed attempts, dead letters, the last error and the relay''s hold';
+	IS 'per inbox handler: its function and role, how many batches may run and run at once, events processed, failed attempts, dead letters, the last error and the relay''s hold';

@@ -78,7 +78,7 @@ BEGIN
 		'batch_size', tide._inbox_handler_int(p_config, 'batch_size', 100, 1, 10000,
 			'Give the largest number of events one transaction of the handler takes.'),
 		'concurrency', tide._inbox_handler_int(p_config, 'concurrency', 1, 1, 16,
-			'Give how many batches of the inbox the relay may process at once.'),
+			'Give how many batches of the inbox the relay may process at once, at most one per relay worker of the database.'),
 		'allow_superuser', coalesce((p_config ->> 'allow_superuser')::boolean, false));
 END
 $$
@@ -156,6 +156,8 @@ DECLARE
 	cfg tide.tide_inbox_config;
 	run_as text;
 	enabled boolean;
+	concurrency int;
+	workers int;
 BEGIN
 	cfg := tide._inbox_config(p_inbox);
 	PERFORM tide._check_handler_given(p_handler,
@@ -183,7 +185,17 @@ BEGIN
 	VALUES (p_inbox, p_handler, run_as, enabled, p_config - 'run_as' - 'enabled')
 	ON CONFLICT (inbox_name) DO UPDATE
 		SET handler = EXCLUDED.handler, run_as = EXCLUDED.run_as, enabled = EXCLUDED.enabled,
-			config = EXCLUDED.config, owner = NULL;
+			config = EXCLUDED.config, owner = NULL
+	RETURNING (h.config ->> 'concurrency')::int INTO concurrency;
+	-- Each batch runs in a relay worker of its own: no more run at once.
+	workers := current_setting('pg_tide.relay_workers_per_database', true)::int;
+	IF concurrency > workers THEN
+		RAISE WARNING 'handler of inbox "%" may run % batches at once, but the database has % relay worker%',
+			p_inbox, concurrency, workers, CASE WHEN workers = 1 THEN '' ELSE 's' END
+			USING DETAIL = 'Each relay worker runs one batch at a time.',
+				  HINT = format('Set pg_tide.relay_workers_per_database to %s to run %s at once.',
+								concurrency, concurrency);
+	END IF;
 END
 $$
 SET search_path = pg_catalog, pg_temp;
@@ -307,8 +319,10 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION tide._inbox_handler_hold(text,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 
 -- Runs an inbox's handler on one batch of its pending events now, as the
--- relay does (relay/inbox_handler.c); returns how many were processed.
--- For the superuser only: the relay's worker calls the same code.
+-- relay does (relay/inbox_handler.c), holding one of the inbox's
+-- concurrency slots until the caller's transaction ends; returns how many
+-- were processed (0 when every slot is taken). For the superuser only: the
+-- relay's worker calls the same code.
 CREATE OR REPLACE FUNCTION tide._inbox_handle(p_inbox text)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_inbox_handle'

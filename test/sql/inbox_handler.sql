@@ -195,6 +195,16 @@ SELECT event_id FROM tide.ih_jobs_inbox ORDER BY id;
 SELECT tide.inbox_drop_handler('ih_jobs');
 SELECT tide.inbox_drop_handler('ih_jobs', true);
 SELECT tide.inbox_set_handler('ih_jobs', 'ih_app.handle(tide.ih_jobs_inbox)');
+-- concurrency above the database's relay workers (1 here): a warning, and
+-- the figure that takes effect
+SELECT tide.inbox_set_handler('ih_jobs', 'ih_app.handle(tide.ih_jobs_inbox)', '{"concurrency": 2}');
+SELECT concurrency, effective_concurrency, running FROM tide.inbox_handler_status;
+-- a batch holds one of the inbox's slots until its transaction ends
+BEGIN;
+SELECT tide._inbox_handle('ih_jobs') AS processed;
+SELECT running FROM tide.inbox_handler_status;
+COMMIT;
+SELECT running FROM tide.inbox_handler_status;
 DROP FUNCTION ih_app.handle(tide.ih_jobs_inbox);
 SELECT tide._inbox_handle('ih_jobs') AS processed;
 DROP FUNCTION public.ih_super_handle(tide.ih_jobs_inbox);
