@@ -19,12 +19,13 @@
 
 #include "config_value.h"
 #include "broker.h"
+#include "cloudevents.h"
 #include "kafka.h"
 
 const char *const RelayKafkaConfigKeys[] = {
 	"bootstrap_servers", "topic", "max_in_flight", "timeout_ms", "body", "compression",
 	"linger_ms", "auth", "tls", "producer", "batch_size", "retry", "ordering", "ordering_key",
-	NULL
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /*
@@ -178,6 +179,10 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 1000));
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 1000, 600000, 10000));
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayConfigCheckCloudEvents(config, out, NULL);
+	if (cJSON_HasObjectItem(out, "cloudevents") && cJSON_HasObjectItem(config, "body"))
+		RelayConfigError("With \"format\": \"cloudevents\" the body is the event (structured) or the payload (binary): remove \"body\".",
+						 "config key \"body\" cannot be given with \"format\": \"cloudevents\"");
 	RelayConfigAddString(out, "compression", RelayConfigChoice(config, "compression", codecs, "none"));
 	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)
