@@ -1,0 +1,161 @@
+# "format": "cloudevents" end to end (relay/cloudevents.c), each binding read
+# back by a receiver that parses CloudEvents:
+#  - webhook, structured mode: the body is an application/cloudevents+json
+#    event with id, source (default /pg_tide/<database>/<outbox>), type (the
+#    "type" header), time (created_at), subject (the ordering key),
+#    datacontenttype, specversion, data (the payload) and the trace context
+#    attributes; mode "batch" sends application/cloudevents-batch+json, an
+#    array of events;
+#  - webhook, binary mode: the payload as the body, each attribute in a
+#    ce-* header (percent-encoded), type and source from the config, id from
+#    the header "id_header" names, subject from "subject_header";
+#  - every format carries the W3C traceparent and tracestate given at
+#    publish as HTTP headers (the native format too);
+#  - Kafka (librdkafka's mock cluster, read by a librdkafka consumer):
+#    structured mode with the content-type header, binary mode with ce_*
+#    headers and content-type application/json, and the traceparent header.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode qw(tide_node wait_until);
+use PgTide::Receiver;
+use PgTide::KafkaMock;
+use JSON::PP;
+
+my $json = JSON::PP->new->canonical;
+my $node = tide_node('cloudevents', "pg_tide.relay_naptime_ms = 100\n");
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $rcv = PgTide::Receiver->new(dir => $dir);
+$rcv->start;
+my $kafka = PgTide::KafkaMock->new;
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+sub set_pipeline
+{
+	my ($name, $outbox, $cfg) = @_;
+	sql("SELECT tide.relay_set_outbox('$name', '$outbox', '$name', '" . $json->encode($cfg) . "'::jsonb)");
+}
+
+# Publishes a message; returns its id and its created_at as to_json gives it.
+sub publish
+{
+	my ($outbox, $payload, $headers) = @_;
+	my $id = sql("SELECT tide.outbox_publish('$outbox', '" . $json->encode($payload) . "', '"
+		  . $json->encode($headers) . "')");
+	my $time = sql("SELECT to_json(created_at) #>> '{}' FROM tide.tide_outbox_messages WHERE id = $id");
+	return ($id, $time);
+}
+
+# The receiver's requests to a path, once $n of them have arrived (20 s).
+sub requests_to
+{
+	my ($path, $n) = @_;
+	my $got = sub { [ grep { $_->{path} eq $path } @{ $_[0] } ] };
+	$rcv->wait_for(sub { @{ $got->($_[0]) } >= $n }, 20);
+	return @{ $got->([ $rcv->requests ]) };
+}
+
+my %hook = (sink_type => 'webhook', allow_http => JSON::PP::true,
+	allow_private_network => JSON::PP::true);
+my $trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+my $tracestate = 'congo=t61rcWkgMzE, rojo=00f067aa0ba902b7';
+for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka))
+{
+	sql("SELECT tide.outbox_create('$o')");
+}
+
+# 1. Webhook, structured mode, ordering by key: subject is the key.
+set_pipeline('hook_structured', 'ce_structured', { %hook, url => $rcv->url('/structured'),
+	ordering => 'key', ordering_key => 'customer', format => 'cloudevents' });
+my ($sid, $stime) = publish('ce_structured', { total => 42, items => [ 1, 2 ] },
+	{ type => 'order.created', customer => 'c-7', traceparent => $trace, tracestate => $tracestate });
+my ($s) = requests_to('/structured', 1);
+my $event = $s ? eval { $json->decode($s->{body}) } : undef;
+is($s && $s->{headers}{'content-type'}, 'application/cloudevents+json; charset=utf-8',
+	'structured: Content-Type application/cloudevents+json');
+is_deeply($event, {
+		specversion => '1.0', id => "outbox_ce_structured:$sid", source => '/pg_tide/postgres/ce_structured',
+		type => 'order.created', time => $stime, subject => 'c-7', datacontenttype => 'application/json',
+		traceparent => $trace, tracestate => $tracestate, data => { total => 42, items => [ 1, 2 ] } },
+	'structured: every attribute mapped, the payload as data')
+  or diag($s ? $s->{body} : 'no request');
+like($stime, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/, 'time is RFC 3339');
+is($s && $s->{headers}{traceparent}, $trace, 'structured: the traceparent header');
+is($s && $s->{headers}{tracestate}, $tracestate, 'structured: the tracestate header');
+
+# 2. Webhook, binary mode: attributes from the config and named headers.
+set_pipeline('hook_binary', 'ce_binary', { %hook, url => $rcv->url('/binary'), format => 'cloudevents',
+	cloudevents => { mode => 'binary', source => 'https://shop.example/orders', type => 'com.example.order',
+		type_header => 'kind', id_header => 'event_id', subject_header => 'order' } });
+my ($bid, $btime) = publish('ce_binary', { total => 7 },
+	{ event_id => 'evt-1', order => "ord 9 \x{e9}%", traceparent => $trace });
+my ($b2id) = publish('ce_binary', { total => 8 }, { kind => 'com.example.refund' });
+my @b = sort { $a->{body} cmp $b->{body} } requests_to('/binary', 2);
+my %h = $b[0] ? %{ $b[0]{headers} } : ();
+is_deeply({ map { $_ => $h{$_} } grep { /^ce-/ } keys %h }, {
+		'ce-specversion' => '1.0', 'ce-id' => 'evt-1', 'ce-source' => 'https://shop.example/orders',
+		'ce-type' => 'com.example.order', 'ce-time' => $btime, 'ce-subject' => 'ord%209%20%C3%A9%25' },
+	'binary: every attribute in a ce-* header, the subject percent-encoded');
+is($h{'content-type'}, 'application/json', 'binary: Content-Type is the datacontenttype');
+is_deeply($b[0] ? $json->decode($b[0]{body}) : undef, { total => 7 }, 'binary: the payload is the body');
+is($h{traceparent}, $trace, 'binary: the traceparent header');
+my %h2 = $b[1] ? %{ $b[1]{headers} } : ();
+is(join(' ', map { $h2{$_} // 'none' } qw(ce-id ce-type ce-subject traceparent)),
+	"outbox_ce_binary:$b2id com.example.refund none none",
+	'binary: without the headers, the id is the identity, the type the header "kind", no subject');
+
+# 3. Webhook, structured, mode batch: an array of events.
+set_pipeline('hook_batch', 'ce_batch', { %hook, url => $rcv->url('/batch'), mode => 'batch',
+	format => 'cloudevents' });
+sql("BEGIN; SELECT tide.outbox_publish('ce_batch', '{\"n\": 1}'); SELECT tide.outbox_publish('ce_batch', '{\"n\": 2}'); COMMIT");
+my @batch = requests_to('/batch', 1);
+my $events = @batch ? eval { $json->decode($batch[0]{body}) } : undef;
+is($batch[0] && $batch[0]{headers}{'content-type'}, 'application/cloudevents-batch+json; charset=utf-8',
+	'batch: Content-Type application/cloudevents-batch+json');
+is(join(' ', map { "$_->{type}:$_->{data}{n}" } @{ $events // [] }),
+	'pg_tide.ce_batch:1 pg_tide.ce_batch:2', 'batch: one event per message, the default type');
+
+# 4. The native format carries the trace context too.
+set_pipeline('hook_native', 'ce_native', { %hook, url => $rcv->url('/native') });
+publish('ce_native', { n => 1 }, { traceparent => $trace, tracestate => "a=1\nb" });
+my ($n) = requests_to('/native', 1);
+is($n && $n->{headers}{traceparent}, $trace, 'native: the traceparent header');
+ok($n && !exists $n->{headers}{tracestate}, 'native: a tracestate with a line break is not passed on');
+ok($n && !grep({ /^ce-/ } keys %{ $n->{headers} }), 'native: no ce-* header');
+
+# 5. Kafka: structured and binary, read back by a librdkafka consumer.
+$kafka->command('create ce_structured 1');
+$kafka->command('create ce_binary 1');
+my %k = (sink_type => 'kafka', bootstrap_servers => $kafka->bootstrap, format => 'cloudevents');
+set_pipeline('kafka_structured', 'ce_kafka', { %k, topic => 'ce_structured' });
+set_pipeline('kafka_binary', 'ce_kafka', { %k, topic => 'ce_binary', cloudevents => { mode => 'binary' } });
+my ($kid, $ktime) = publish('ce_kafka', { sku => 'a' }, { type => 'stock.moved', traceparent => $trace });
+my (@ks, @kb);
+wait_until(sub { @ks = $kafka->consume('ce_structured'); @ks > 0 }, 30, 300);
+wait_until(sub { @kb = $kafka->consume('ce_binary'); @kb > 0 }, 30, 300);
+my $kevent = @ks ? eval { $json->decode($ks[0]{body}) } : undef;
+is($ks[0] && $ks[0]{headers}{'content-type'}, 'application/cloudevents+json; charset=utf-8',
+	'kafka structured: the content-type header');
+is_deeply($kevent, {
+		specversion => '1.0', id => "outbox_ce_kafka:$kid", source => '/pg_tide/postgres/ce_kafka',
+		type => 'stock.moved', time => $ktime, datacontenttype => 'application/json',
+		traceparent => $trace, data => { sku => 'a' } },
+	'kafka structured: the event is the body')
+  or diag($ks[0] ? $ks[0]{body} : 'nothing');
+my %kh = $kb[0] ? %{ $kb[0]{headers} } : ();
+is_deeply({ map { $_ => $kh{$_} } grep { /^ce_/ || $_ eq 'content-type' } keys %kh }, {
+		ce_specversion => '1.0', ce_id => "outbox_ce_kafka:$kid", ce_source => '/pg_tide/postgres/ce_kafka',
+		ce_type => 'stock.moved', ce_time => $ktime, 'content-type' => 'application/json' },
+	'kafka binary: every attribute in a ce_* header, content-type the datacontenttype');
+is($kb[0] && $kb[0]{body}, '{"sku": "a"}', 'kafka binary: the payload is the body');
+is($kh{traceparent}, $trace, 'kafka: the traceparent header');
+
+is(sql("SELECT count(*) FROM tide.relay_dlq"), '0', 'nothing was dead-lettered');
+$rcv->stop;
+$kafka->stop;
+done_testing();
