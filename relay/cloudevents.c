@@ -70,6 +70,9 @@ RelayConfigCheckCloudEvents(const cJSON *config, cJSON *out, const char *binary_
 		/* absent means native: configs written before formats read the same */
 		return;
 	}
+	if (RelayConfigStringIs(config, "body", "envelope"))
+		RelayConfigError("With \"format\": \"cloudevents\" the body is the event (structured) or the payload (binary): remove \"body\".",
+						 "config key \"body\" cannot be \"envelope\" with \"format\": \"cloudevents\"");
 	RelayConfigAddString(out, "format", format);
 	ce_out = RelayConfigAddObject(out, "cloudevents");
 	if (ce == NULL)

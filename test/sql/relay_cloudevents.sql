@@ -50,5 +50,24 @@ SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "mode
 -- Kafka: the body is the event or the payload
 SELECT pg_temp.check('{"sink_type": "kafka", "bootstrap_servers": "k:9092", "topic": "t", "body": "envelope", "format": "cloudevents"}');
 SELECT pg_temp.check('{"sink_type": "kafka", "bootstrap_servers": "k:9092", "topic": "t", "format": "cloudevents", "cloudevents": {"mode": "x"}}');
+-- the broker sinks: each binding's modes; a Redis stream entry has fields,
+-- not headers, and MQTT 3.1.1 no user properties, so no binary mode there
+SELECT pg_temp.normalized('{"sink_type": "rabbitmq", "host": "r", "exchange": "x", "routing_key": "k",
+	"format": "cloudevents", "cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.normalized('{"sink_type": "nats", "servers": "nats://n:4222", "subject": "s",
+	"format": "cloudevents", "cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.normalized('{"sink_type": "mqtt", "host": "m", "topic": "t", "format": "cloudevents",
+	"cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.normalized('{"sink_type": "mqtt", "host": "m", "topic": "t", "protocol": "3.1.1",
+	"format": "cloudevents"}');
+SELECT pg_temp.check('{"sink_type": "mqtt", "host": "m", "topic": "t", "protocol": "3.1.1",
+	"format": "cloudevents", "cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.normalized('{"sink_type": "redis", "url": "redis://r:6379", "stream": "s", "format": "cloudevents"}');
+SELECT pg_temp.check('{"sink_type": "redis", "url": "redis://r:6379", "stream": "s", "format": "cloudevents",
+	"cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.check('{"sink_type": "nats", "servers": "nats://n:4222", "subject": "s", "body": "envelope",
+	"format": "cloudevents"}');
+-- a sink without formats refuses the keys
+SELECT pg_temp.check('{"sink_type": "file", "path": "/tmp/x", "format": "cloudevents"}');
 -- nothing was written
 SELECT count(*) FROM tide.relay_outbox_config;

@@ -180,9 +180,6 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 1000, 600000, 10000));
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
 	RelayConfigCheckCloudEvents(config, out, NULL);
-	if (cJSON_HasObjectItem(out, "cloudevents") && RelayConfigStringIs(out, "body", "envelope"))
-		RelayConfigError("With \"format\": \"cloudevents\" the body is the event (structured) or the payload (binary): remove \"body\".",
-						 "config key \"body\" cannot be \"envelope\" with \"format\": \"cloudevents\"");
 	RelayConfigAddString(out, "compression", RelayConfigChoice(config, "compression", codecs, "none"));
 	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)

@@ -13,12 +13,14 @@
 #include "postgres.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "rabbitmq.h"
 
 const char *const RelayRabbitmqConfigKeys[] = {
 	"host", "port", "vhost", "exchange", "routing_key", "max_in_flight", "timeout_ms", "auth",
-	"tls", "body", "batch_size", "retry", "ordering", "ordering_key", NULL
+	"tls", "body", "batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /* A name AMQP carries as a short string: at most 255 bytes, no control characters. */
@@ -107,6 +109,7 @@ RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 100));
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 100, 600000, 10000));
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayConfigCheckCloudEvents(config, out, NULL);
 	if (auth != NULL)
 	{
 		check_auth(auth);

@@ -16,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "redis.h"
 
@@ -24,7 +25,8 @@
 
 const char *const RedisConfigKeys[] = {
 	"url", "stream", "maxlen", "max_in_flight", "timeout_ms", "auth", "tls", "body",
-	"batch_size", "retry", "ordering", "ordering_key", NULL
+	"batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 bool
@@ -190,6 +192,7 @@ RedisValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "max_in_flight", RelayConfigInt(config, "max_in_flight", "max_in_flight", 1, 10000, 100));
 	RelayConfigAddInt(out, "timeout_ms", RelayConfigInt(config, "timeout_ms", "timeout_ms", 100, 600000, 10000));
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayConfigCheckCloudEvents(config, out, "A Redis stream entry has fields, not headers: use \"cloudevents\": {\"mode\": \"structured\"}.");
 	if (auth != NULL)
 	{
 		check_auth(auth);
