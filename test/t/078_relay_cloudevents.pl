@@ -13,7 +13,11 @@
 #    publish as HTTP headers (the native format too);
 #  - Kafka (librdkafka's mock cluster, read by a librdkafka consumer):
 #    structured mode with the content-type header, binary mode with ce_*
-#    headers and content-type application/json, and the traceparent header.
+#    headers and content-type application/json, and the traceparent header;
+#  - RabbitMQ (read by a rabbitmq-c client): content_type, and in binary
+#    mode cloudEvents_* application properties (the AMQP binding);
+#  - MQTT 5 (read by mosquitto_sub): the content type property, and in
+#    binary mode each attribute a user property; MQTT 3.1.1 structured.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -24,6 +28,8 @@ use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode qw(tide_node wait_until);
 use PgTide::Receiver;
 use PgTide::KafkaMock;
+use PgTide::RabbitMQ;
+use PgTide::Mosquitto;
 use JSON::PP;
 
 my $json = JSON::PP->new->canonical;
@@ -64,7 +70,7 @@ my %hook = (sink_type => 'webhook', allow_http => JSON::PP::true,
 	allow_private_network => JSON::PP::true);
 my $trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 my $tracestate = 'congo=t61rcWkgMzE, rojo=00f067aa0ba902b7';
-for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka))
+for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka ce_amqp ce_mqtt))
 {
 	sql("SELECT tide.outbox_create('$o')");
 }
@@ -154,6 +160,67 @@ is_deeply({ map { $_ => $kh{$_} } grep { /^ce_/ || $_ eq 'content-type' } keys %
 	'kafka binary: every attribute in a ce_* header, content-type the datacontenttype');
 is($kb[0] && $kb[0]{body}, '{"sku": "a"}', 'kafka binary: the payload is the body');
 is($kh{traceparent}, $trace, 'kafka: the traceparent header');
+
+# 6. RabbitMQ: the AMQP binding.
+my $rmq = PgTide::RabbitMQ->new(dir => $dir, password => 'rmq-pw');
+ok($rmq->start, 'rabbitmq-server runs') or BAIL_OUT('rabbitmq-server did not start');
+$rmq->amqp('queue', 'q_structured');
+$rmq->amqp('queue', 'q_binary');
+my %r = (sink_type => 'rabbitmq', host => '127.0.0.1', port => $rmq->port, vhost => 'tide',
+	auth => { username => 'tide', password => 'rmq-pw' }, format => 'cloudevents');
+set_pipeline('amqp_structured', 'ce_amqp', { %r, routing_key => 'q_structured' });
+set_pipeline('amqp_binary', 'ce_amqp', { %r, routing_key => 'q_binary', cloudevents => { mode => 'binary' } });
+my ($aid, $atime) = publish('ce_amqp', { n => 1 }, { type => 'amqp.test', traceparent => $trace });
+my (@as, @ab);
+wait_until(sub { push @as, map { $json->decode($_) } grep { /^\{/ } split /\n/, $rmq->amqp('read', 'q_structured', 300, 1); @as > 0 }, 30, 100);
+wait_until(sub { push @ab, map { $json->decode($_) } grep { /^\{/ } split /\n/, $rmq->amqp('read', 'q_binary', 300, 1); @ab > 0 }, 30, 100);
+is($as[0] && $as[0]{properties}{content_type}, 'application/cloudevents+json; charset=utf-8',
+	'amqp structured: content_type application/cloudevents+json');
+is_deeply($as[0] ? $json->decode($as[0]{body}) : undef, {
+		specversion => '1.0', id => "outbox_ce_amqp:$aid", source => '/pg_tide/postgres/ce_amqp',
+		type => 'amqp.test', time => $atime, datacontenttype => 'application/json',
+		traceparent => $trace, data => { n => 1 } },
+	'amqp structured: the event is the body');
+my %ah = $ab[0] ? %{ $ab[0]{headers} } : ();
+is_deeply({ map { $_ => $ah{$_} } grep { /^cloudEvents_/ } keys %ah }, {
+		cloudEvents_specversion => '1.0', cloudEvents_id => "outbox_ce_amqp:$aid",
+		cloudEvents_source => '/pg_tide/postgres/ce_amqp', cloudEvents_type => 'amqp.test',
+		cloudEvents_time => $atime },
+	'amqp binary: every attribute a cloudEvents_ application property');
+is($ab[0] && $ab[0]{properties}{content_type}, 'application/json', 'amqp binary: content_type the datacontenttype');
+is($ab[0] && $ab[0]{body}, '{"n": 1}', 'amqp binary: the payload is the body');
+is($ah{traceparent}, $trace, 'amqp: the traceparent property');
+$rmq->stop;
+
+# 7. MQTT 5 and 3.1.1.
+my $mq = PgTide::Mosquitto->new(dir => $dir);
+$mq->start;
+my $sub = $mq->subscribe('ce/#');
+my %m = (sink_type => 'mqtt', host => '127.0.0.1', port => $mq->port, format => 'cloudevents');
+set_pipeline('mqtt_structured', 'ce_mqtt', { %m, topic => 'ce/structured' });
+set_pipeline('mqtt_binary', 'ce_mqtt', { %m, topic => 'ce/binary', cloudevents => { mode => 'binary' } });
+set_pipeline('mqtt_311', 'ce_mqtt', { %m, topic => 'ce/v311', protocol => '3.1.1' });
+my ($mid, $mtime) = publish('ce_mqtt', { n => 2 }, { type => 'mqtt.test', traceparent => $trace });
+my %mm;
+wait_until(sub { %mm = map { $_->{topic} => $_ } $mq->messages($sub); keys %mm == 3 }, 30, 100);
+my %event = (specversion => '1.0', id => "outbox_ce_mqtt:$mid", source => '/pg_tide/postgres/ce_mqtt',
+	type => 'mqtt.test', time => $mtime, datacontenttype => 'application/json', traceparent => $trace,
+	data => { n => 2 });
+my $ms = $mm{'ce/structured'};
+is($ms && $ms->{content_type}, 'application/cloudevents+json; charset=utf-8',
+	'mqtt 5 structured: the content type property');
+is_deeply($ms ? $json->decode($ms->{payload}) : undef, \%event, 'mqtt 5 structured: the event is the body');
+my $mb = $mm{'ce/binary'};
+my %up = $mb ? %{ $mb->{props} } : ();
+is_deeply({ map { $_ => $up{$_} } qw(specversion id source type time traceparent) }, {
+		specversion => '1.0', id => "outbox_ce_mqtt:$mid", source => '/pg_tide/postgres/ce_mqtt',
+		type => 'mqtt.test', time => $mtime, traceparent => $trace },
+	'mqtt 5 binary: every attribute a user property, and the traceparent');
+is($mb && $mb->{content_type}, 'application/json', 'mqtt 5 binary: the content type the datacontenttype');
+is($mb && $mb->{payload}, '{"n": 2}', 'mqtt 5 binary: the payload is the body');
+my $m3 = $mm{'ce/v311'};
+is_deeply($m3 ? $json->decode($m3->{payload}) : undef, \%event, 'mqtt 3.1.1 structured: the event is the body');
+$mq->stop;
 
 is(sql("SELECT count(*) FROM tide.relay_dlq"), '0', 'nothing was dead-lettered');
 $rcv->stop;
