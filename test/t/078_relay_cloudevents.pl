@@ -17,7 +17,9 @@
 #  - RabbitMQ (read by a rabbitmq-c client): content_type, and in binary
 #    mode cloudEvents_* application properties (the AMQP binding);
 #  - MQTT 5 (read by mosquitto_sub): the content type property, and in
-#    binary mode each attribute a user property; MQTT 3.1.1 structured.
+#    binary mode each attribute a user property; MQTT 3.1.1 structured;
+#  - NATS JetStream (read by a nats.c client): content-type, and in binary
+#    mode ce-* headers.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -30,6 +32,7 @@ use PgTide::Receiver;
 use PgTide::KafkaMock;
 use PgTide::RabbitMQ;
 use PgTide::Mosquitto;
+use PgTide::NatsServer;
 use JSON::PP;
 
 my $json = JSON::PP->new->canonical;
@@ -70,7 +73,7 @@ my %hook = (sink_type => 'webhook', allow_http => JSON::PP::true,
 	allow_private_network => JSON::PP::true);
 my $trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 my $tracestate = 'congo=t61rcWkgMzE, rojo=00f067aa0ba902b7';
-for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka ce_amqp ce_mqtt))
+for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka ce_amqp ce_mqtt ce_nats))
 {
 	sql("SELECT tide.outbox_create('$o')");
 }
@@ -221,6 +224,36 @@ is($mb && $mb->{payload}, '{"n": 2}', 'mqtt 5 binary: the payload is the body');
 my $m3 = $mm{'ce/v311'};
 is_deeply($m3 ? $json->decode($m3->{payload}) : undef, \%event, 'mqtt 3.1.1 structured: the event is the body');
 $mq->stop;
+
+# 8. NATS JetStream: the NATS binding.
+my $nats = PgTide::NatsServer->new(dir => $dir);
+$nats->start;
+# a stream each: both pipelines send the message with the same Nats-Msg-Id
+$nats->create_stream('CE_S', 'ce.structured', 120);
+$nats->create_stream('CE_B', 'ce.binary', 120);
+my %nc = (sink_type => 'nats', servers => $nats->url, format => 'cloudevents');
+set_pipeline('nats_structured', 'ce_nats', { %nc, subject => 'ce.structured' });
+set_pipeline('nats_binary', 'ce_nats', { %nc, subject => 'ce.binary', cloudevents => { mode => 'binary' } });
+my ($nid, $ntime) = publish('ce_nats', { n => 3 }, { type => 'nats.test', traceparent => $trace });
+my %nm;
+wait_until(sub { %nm = map { $_->{subject} => $_ } $nats->messages('CE_S'), $nats->messages('CE_B'); keys %nm == 2 },
+	30, 100);
+# a header's value, or its first when the reader gives a list
+my $hv = sub { my ($m, $name) = @_; my $v = $m ? $m->{headers}{$name} : undef; ref $v ? $v->[0] : $v };
+my $ns = $nm{'ce.structured'};
+is($hv->($ns, 'content-type'), 'application/cloudevents+json; charset=utf-8', 'nats structured: content-type');
+is_deeply($ns ? $json->decode($ns->{body}) : undef, {
+		specversion => '1.0', id => "outbox_ce_nats:$nid", source => '/pg_tide/postgres/ce_nats',
+		type => 'nats.test', time => $ntime, datacontenttype => 'application/json', traceparent => $trace,
+		data => { n => 3 } },
+	'nats structured: the event is the body');
+my $nb = $nm{'ce.binary'};
+is_deeply({ map { $_ => $hv->($nb, $_) } qw(ce-specversion ce-id ce-source ce-type ce-time content-type traceparent) }, {
+		'ce-specversion' => '1.0', 'ce-id' => "outbox_ce_nats:$nid", 'ce-source' => '/pg_tide/postgres/ce_nats',
+		'ce-type' => 'nats.test', 'ce-time' => $ntime, 'content-type' => 'application/json', traceparent => $trace },
+	'nats binary: every attribute a ce- header, content-type the datacontenttype, the traceparent');
+is($nb && $nb->{body}, '{"n": 3}', 'nats binary: the payload is the body');
+$nats->stop;
 
 is(sql("SELECT count(*) FROM tide.relay_dlq"), '0', 'nothing was dead-lettered');
 $rcv->stop;
