@@ -19,7 +19,9 @@
 #  - MQTT 5 (read by mosquitto_sub): the content type property, and in
 #    binary mode each attribute a user property; MQTT 3.1.1 structured;
 #  - NATS JetStream (read by a nats.c client): content-type, and in binary
-#    mode ce-* headers.
+#    mode ce-* headers;
+#  - Redis Streams (read by a hiredis client): structured mode, the event in
+#    the entry's field "message".
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -33,6 +35,7 @@ use PgTide::KafkaMock;
 use PgTide::RabbitMQ;
 use PgTide::Mosquitto;
 use PgTide::NatsServer;
+use PgTide::Redis;
 use JSON::PP;
 
 my $json = JSON::PP->new->canonical;
@@ -73,7 +76,7 @@ my %hook = (sink_type => 'webhook', allow_http => JSON::PP::true,
 	allow_private_network => JSON::PP::true);
 my $trace = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 my $tracestate = 'congo=t61rcWkgMzE, rojo=00f067aa0ba902b7';
-for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka ce_amqp ce_mqtt ce_nats))
+for my $o (qw(ce_structured ce_binary ce_batch ce_native ce_kafka ce_amqp ce_mqtt ce_nats ce_redis))
 {
 	sql("SELECT tide.outbox_create('$o')");
 }
@@ -254,6 +257,23 @@ is_deeply({ map { $_ => $hv->($nb, $_) } qw(ce-specversion ce-id ce-source ce-ty
 	'nats binary: every attribute a ce- header, content-type the datacontenttype, the traceparent');
 is($nb && $nb->{body}, '{"n": 3}', 'nats binary: the payload is the body');
 $nats->stop;
+
+# 9. Redis Streams: structured only.
+my $redis = PgTide::Redis->new(dir => $dir);
+$redis->start;
+set_pipeline('redis_structured', 'ce_redis', { sink_type => 'redis', url => $redis->url, stream => 'ce',
+	format => 'cloudevents' });
+my ($rid, $rtime) = publish('ce_redis', { n => 4 }, { type => 'redis.test' });
+my @re;
+wait_until(sub { @re = $redis->entries('ce'); @re > 0 }, 30, 100);
+is(join(' ', map { "$_=" . ($re[0] ? $re[0]{fields}{$_} // 'none' : 'none') } qw(tide-id content-type)),
+	"tide-id=outbox_ce_redis:$rid content-type=application/cloudevents+json; charset=utf-8",
+	'redis structured: the fields tide-id and content-type');
+is_deeply($re[0] ? $json->decode($re[0]{fields}{message}) : undef, {
+		specversion => '1.0', id => "outbox_ce_redis:$rid", source => '/pg_tide/postgres/ce_redis',
+		type => 'redis.test', time => $rtime, datacontenttype => 'application/json', data => { n => 4 } },
+	'redis structured: the event in the field "message"');
+$redis->stop;
 
 is(sql("SELECT count(*) FROM tide.relay_dlq"), '0', 'nothing was dead-lettered');
 $rcv->stop;
