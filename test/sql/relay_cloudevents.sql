@@ -47,6 +47,11 @@ SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "form
 -- binary mode sends one event per request
 SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "mode": "batch", "format": "cloudevents", "cloudevents": {"mode": "binary"}}');
 SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "mode": "batch", "format": "cloudevents"}');
+-- in binary mode the ce- headers are the attributes
+SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "headers": {"CE-Source": "x"},
+	"format": "cloudevents", "cloudevents": {"mode": "binary"}}');
+SELECT pg_temp.check('{"sink_type": "webhook", "url": "https://a.example", "headers": {"CE-Source": "x"},
+	"format": "cloudevents"}');
 -- Kafka: the body is the event or the payload
 SELECT pg_temp.check('{"sink_type": "kafka", "bootstrap_servers": "k:9092", "topic": "t", "body": "envelope", "format": "cloudevents"}');
 SELECT pg_temp.check('{"sink_type": "kafka", "bootstrap_servers": "k:9092", "topic": "t", "format": "cloudevents", "cloudevents": {"mode": "x"}}');

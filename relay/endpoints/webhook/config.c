@@ -237,6 +237,17 @@ RelayWebhookValidate(const cJSON *config, cJSON *out)
 		RelayConfigError("Binary mode sends one event per request: use \"mode\": \"single\", or "
 						 "\"cloudevents\": {\"mode\": \"structured\"} for batches.",
 						 "config key \"cloudevents.mode\" cannot be \"binary\" with \"mode\": \"batch\"");
+	/* in binary mode the ce- headers are the event's attributes */
+	if (RelayConfigStringIs(RelayConfigMember(out, "cloudevents"), "mode", "binary") && headers != NULL)
+	{
+		const cJSON *h;
+
+		cJSON_ArrayForEach(h, headers)
+			if (pg_strncasecmp(h->string, "ce-", 3) == 0)
+				RelayConfigError(psprintf("Remove \"%s\" from \"headers\"; in binary mode pg_tide sets the ce- headers "
+										  "from the message.", h->string),
+								 "header \"%s\" in config key \"headers\" is set by pg_tide in binary mode", h->string);
+	}
 
 	if (headers != NULL)
 	{
