@@ -50,12 +50,14 @@ check_text(const char *key, const cJSON *v, const char *hint)
 			RelayConfigError(hint, "config key \"%s\" must not contain control characters", key);
 }
 
+/* Validates and normalises a config's "format" and "cloudevents" (cloudevents.h). */
 void
 RelayConfigCheckCloudEvents(const cJSON *config, cJSON *out, const char *binary_refusal)
 {
 	static const char *const formats[] = {"native", "cloudevents", NULL};
-	static const char *const keys[] = {"mode", "source", "type", "type_header", "subject_header",
-	"id_header", NULL};
+	static const char *const keys[] = {
+		"mode", "source", "type", "type_header", "subject_header", "id_header", NULL
+	};
 	const cJSON *ce = cJSON_GetObjectItemCaseSensitive(config, "cloudevents");
 	const char *format = RelayConfigChoice(config, "format", formats, "native");
 	const cJSON *mode;
@@ -128,6 +130,7 @@ RelayConfigCheckCloudEvents(const cJSON *config, cJSON *out, const char *binary_
 	}
 }
 
+/* Reads a validated config's CloudEvents settings; returns the mode. */
 RelayCloudEventsMode
 RelayCloudEventsOpen(const cJSON *config, RelayCloudEvents *ce)
 {
@@ -135,7 +138,7 @@ RelayCloudEventsOpen(const cJSON *config, RelayCloudEvents *ce)
 
 	memset(ce, 0, sizeof(*ce));
 	if (!RelayConfigStringIs(config, "format", "cloudevents") || !cJSON_IsObject(obj))
-		return ce->mode = RELAY_CE_NONE;
+		return RELAY_CE_NONE;
 	ce->mode = RelayConfigStringIs(obj, "mode", "binary") ? RELAY_CE_BINARY : RELAY_CE_STRUCTURED;
 	ce->source = RelayConfigString(obj, "source");
 	ce->type = RelayConfigString(obj, "type");
@@ -222,10 +225,10 @@ for_each_attribute(const RelayCloudEvents *ce, const RelayMessage *m, bool with_
 	if (m->created_at != NULL && m->created_at[0] == '"')
 	{
 		/* created_at is a JSON string of the ISO 8601 form RFC 3339 takes */
-		char	   *time = pnstrdup(m->created_at + 1, strlen(m->created_at) - 2);
+		char	   *created = pnstrdup(m->created_at + 1, strlen(m->created_at) - 2);
 
-		cb("time", time, arg);
-		pfree(time);
+		cb("time", created, arg);
+		pfree(created);
 	}
 	if ((v = string_header(headers, ce->subject_header)) != NULL || (v = m->key) != NULL)
 		cb("subject", v, arg);
@@ -236,6 +239,7 @@ for_each_attribute(const RelayCloudEvents *ce, const RelayMessage *m, bool with_
 	pfree(s.data);
 }
 
+/* Calls cb with each context attribute of m, for a binary binding. */
 void
 RelayCloudEventsForEachAttribute(const RelayCloudEvents *ce, const RelayMessage *m,
 								 RelayCloudEventsCallback cb, void *arg)
@@ -256,6 +260,7 @@ append_member(const char *name, const char *value, void *arg)
 	escape_json(buf, value);
 }
 
+/* Appends m as a structured CloudEvent. */
 void
 RelayCloudEventsAppendJson(StringInfo buf, const RelayCloudEvents *ce, const RelayMessage *m)
 {
@@ -266,6 +271,7 @@ RelayCloudEventsAppendJson(StringInfo buf, const RelayCloudEvents *ce, const Rel
 	appendStringInfoChar(buf, '}');
 }
 
+/* Calls cb with the trace context headers given at publish. */
 void
 RelayForEachTraceHeader(const RelayMessage *m, RelayCloudEventsCallback cb, void *arg)
 {
@@ -279,6 +285,7 @@ RelayForEachTraceHeader(const RelayMessage *m, RelayCloudEventsCallback cb, void
 	cJSON_Delete(headers);
 }
 
+/* Appends the body a broker sends for m in the pipeline's format. */
 void
 RelayCloudEventsAppendBody(StringInfo body, const RelayCloudEvents *ce, const RelayMessage *m,
 						   bool envelope)
@@ -291,6 +298,7 @@ RelayCloudEventsAppendBody(StringInfo body, const RelayCloudEvents *ce, const Re
 		appendStringInfoString(body, m->payload ? m->payload : "null");
 }
 
+/* The content type of the format, or NULL for the native one. */
 const char *
 RelayCloudEventsContentType(const RelayCloudEvents *ce)
 {
@@ -318,6 +326,7 @@ call_prefixed(const char *name, const char *value, void *arg)
 	pfree(prefixed);
 }
 
+/* Calls cb with the headers a broker binding adds for m. */
 void
 RelayCloudEventsForEachHeader(const RelayCloudEvents *ce, const RelayMessage *m, const char *prefix,
 							  const char *content_type_header, RelayCloudEventsCallback cb, void *arg)
