@@ -63,6 +63,23 @@ sub publish
 	return ($id, $time);
 }
 
+# The attributes of message $id of $outbox published at $time, with the
+# default source, and %more; each name after $prefix (a binding's).
+sub attributes
+{
+	my ($prefix, $outbox, $id, $time, %more) = @_;
+	my %a = (specversion => '1.0', id => "outbox_$outbox:$id", source => "/pg_tide/postgres/$outbox",
+		time => $time, %more);
+	return { map { ($prefix . $_ => $a{$_}) } keys %a };
+}
+
+# The structured event of such a message.
+sub event
+{
+	my ($outbox, $id, $time, %more) = @_;
+	return attributes('', $outbox, $id, $time, datacontenttype => 'application/json', %more);
+}
+
 # The receiver's requests to a path, once $n of them have arrived (20 s).
 sub requests_to
 {
@@ -90,10 +107,8 @@ my ($s) = requests_to('/structured', 1);
 my $event = $s ? eval { $json->decode($s->{body}) } : undef;
 is($s && $s->{headers}{'content-type'}, 'application/cloudevents+json; charset=utf-8',
 	'structured: Content-Type application/cloudevents+json');
-is_deeply($event, {
-		specversion => '1.0', id => "outbox_ce_structured:$sid", source => '/pg_tide/postgres/ce_structured',
-		type => 'order.created', time => $stime, subject => 'c-7', datacontenttype => 'application/json',
-		traceparent => $trace, tracestate => $tracestate, data => { total => 42, items => [ 1, 2 ] } },
+is_deeply($event, event('ce_structured', $sid, $stime, type => 'order.created', subject => 'c-7',
+		traceparent => $trace, tracestate => $tracestate, data => { total => 42, items => [ 1, 2 ] }),
 	'structured: every attribute mapped, the payload as data')
   or diag($s ? $s->{body} : 'no request');
 like($stime, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/, 'time is RFC 3339');
@@ -153,16 +168,13 @@ wait_until(sub { @kb = $kafka->consume('ce_binary'); @kb > 0 }, 30, 300);
 my $kevent = @ks ? eval { $json->decode($ks[0]{body}) } : undef;
 is($ks[0] && $ks[0]{headers}{'content-type'}, 'application/cloudevents+json; charset=utf-8',
 	'kafka structured: the content-type header');
-is_deeply($kevent, {
-		specversion => '1.0', id => "outbox_ce_kafka:$kid", source => '/pg_tide/postgres/ce_kafka',
-		type => 'stock.moved', time => $ktime, datacontenttype => 'application/json',
-		traceparent => $trace, data => { sku => 'a' } },
+is_deeply($kevent, event('ce_kafka', $kid, $ktime, type => 'stock.moved', traceparent => $trace,
+		data => { sku => 'a' }),
 	'kafka structured: the event is the body')
   or diag($ks[0] ? $ks[0]{body} : 'nothing');
 my %kh = $kb[0] ? %{ $kb[0]{headers} } : ();
-is_deeply({ map { $_ => $kh{$_} } grep { /^ce_/ || $_ eq 'content-type' } keys %kh }, {
-		ce_specversion => '1.0', ce_id => "outbox_ce_kafka:$kid", ce_source => '/pg_tide/postgres/ce_kafka',
-		ce_type => 'stock.moved', ce_time => $ktime, 'content-type' => 'application/json' },
+is_deeply({ map { $_ => $kh{$_} } grep { /^ce_/ || $_ eq 'content-type' } keys %kh },
+	{ %{ attributes('ce_', 'ce_kafka', $kid, $ktime, type => 'stock.moved') }, 'content-type' => 'application/json' },
 	'kafka binary: every attribute in a ce_* header, content-type the datacontenttype');
 is($kb[0] && $kb[0]{body}, '{"sku": "a"}', 'kafka binary: the payload is the body');
 is($kh{traceparent}, $trace, 'kafka: the traceparent header');
@@ -182,16 +194,12 @@ wait_until(sub { push @as, map { $json->decode($_) } grep { /^\{/ } split /\n/, 
 wait_until(sub { push @ab, map { $json->decode($_) } grep { /^\{/ } split /\n/, $rmq->amqp('read', 'q_binary', 300, 1); @ab > 0 }, 30, 100);
 is($as[0] && $as[0]{properties}{content_type}, 'application/cloudevents+json; charset=utf-8',
 	'amqp structured: content_type application/cloudevents+json');
-is_deeply($as[0] ? $json->decode($as[0]{body}) : undef, {
-		specversion => '1.0', id => "outbox_ce_amqp:$aid", source => '/pg_tide/postgres/ce_amqp',
-		type => 'amqp.test', time => $atime, datacontenttype => 'application/json',
-		traceparent => $trace, data => { n => 1 } },
+is_deeply($as[0] ? $json->decode($as[0]{body}) : undef,
+	event('ce_amqp', $aid, $atime, type => 'amqp.test', traceparent => $trace, data => { n => 1 }),
 	'amqp structured: the event is the body');
 my %ah = $ab[0] ? %{ $ab[0]{headers} } : ();
-is_deeply({ map { $_ => $ah{$_} } grep { /^cloudEvents_/ } keys %ah }, {
-		cloudEvents_specversion => '1.0', cloudEvents_id => "outbox_ce_amqp:$aid",
-		cloudEvents_source => '/pg_tide/postgres/ce_amqp', cloudEvents_type => 'amqp.test',
-		cloudEvents_time => $atime },
+is_deeply({ map { $_ => $ah{$_} } grep { /^cloudEvents_/ } keys %ah },
+	attributes('cloudEvents_', 'ce_amqp', $aid, $atime, type => 'amqp.test'),
 	'amqp binary: every attribute a cloudEvents_ application property');
 is($ab[0] && $ab[0]{properties}{content_type}, 'application/json', 'amqp binary: content_type the datacontenttype');
 is($ab[0] && $ab[0]{body}, '{"n": 1}', 'amqp binary: the payload is the body');
@@ -209,23 +217,20 @@ set_pipeline('mqtt_311', 'ce_mqtt', { %m, topic => 'ce/v311', protocol => '3.1.1
 my ($mid, $mtime) = publish('ce_mqtt', { n => 2 }, { type => 'mqtt.test', traceparent => $trace });
 my %mm;
 wait_until(sub { %mm = map { $_->{topic} => $_ } $mq->messages($sub); keys %mm == 3 }, 30, 100);
-my %event = (specversion => '1.0', id => "outbox_ce_mqtt:$mid", source => '/pg_tide/postgres/ce_mqtt',
-	type => 'mqtt.test', time => $mtime, datacontenttype => 'application/json', traceparent => $trace,
-	data => { n => 2 });
+my $mevent = event('ce_mqtt', $mid, $mtime, type => 'mqtt.test', traceparent => $trace, data => { n => 2 });
 my $ms = $mm{'ce/structured'};
 is($ms && $ms->{content_type}, 'application/cloudevents+json; charset=utf-8',
 	'mqtt 5 structured: the content type property');
-is_deeply($ms ? $json->decode($ms->{payload}) : undef, \%event, 'mqtt 5 structured: the event is the body');
+is_deeply($ms ? $json->decode($ms->{payload}) : undef, $mevent, 'mqtt 5 structured: the event is the body');
 my $mb = $mm{'ce/binary'};
 my %up = $mb ? %{ $mb->{props} } : ();
-is_deeply({ map { $_ => $up{$_} } qw(specversion id source type time traceparent) }, {
-		specversion => '1.0', id => "outbox_ce_mqtt:$mid", source => '/pg_tide/postgres/ce_mqtt',
-		type => 'mqtt.test', time => $mtime, traceparent => $trace },
+is_deeply({ map { $_ => $up{$_} } qw(specversion id source type time traceparent) },
+	attributes('', 'ce_mqtt', $mid, $mtime, type => 'mqtt.test', traceparent => $trace),
 	'mqtt 5 binary: every attribute a user property, and the traceparent');
 is($mb && $mb->{content_type}, 'application/json', 'mqtt 5 binary: the content type the datacontenttype');
 is($mb && $mb->{payload}, '{"n": 2}', 'mqtt 5 binary: the payload is the body');
 my $m3 = $mm{'ce/v311'};
-is_deeply($m3 ? $json->decode($m3->{payload}) : undef, \%event, 'mqtt 3.1.1 structured: the event is the body');
+is_deeply($m3 ? $json->decode($m3->{payload}) : undef, $mevent, 'mqtt 3.1.1 structured: the event is the body');
 $mq->stop;
 
 # 8. NATS JetStream: the NATS binding.
@@ -245,15 +250,13 @@ wait_until(sub { %nm = map { $_->{subject} => $_ } $nats->messages('CE_S'), $nat
 my $hv = sub { my ($m, $name) = @_; my $v = $m ? $m->{headers}{$name} : undef; ref $v ? $v->[0] : $v };
 my $ns = $nm{'ce.structured'};
 is($hv->($ns, 'content-type'), 'application/cloudevents+json; charset=utf-8', 'nats structured: content-type');
-is_deeply($ns ? $json->decode($ns->{body}) : undef, {
-		specversion => '1.0', id => "outbox_ce_nats:$nid", source => '/pg_tide/postgres/ce_nats',
-		type => 'nats.test', time => $ntime, datacontenttype => 'application/json', traceparent => $trace,
-		data => { n => 3 } },
+is_deeply($ns ? $json->decode($ns->{body}) : undef,
+	event('ce_nats', $nid, $ntime, type => 'nats.test', traceparent => $trace, data => { n => 3 }),
 	'nats structured: the event is the body');
 my $nb = $nm{'ce.binary'};
-is_deeply({ map { $_ => $hv->($nb, $_) } qw(ce-specversion ce-id ce-source ce-type ce-time content-type traceparent) }, {
-		'ce-specversion' => '1.0', 'ce-id' => "outbox_ce_nats:$nid", 'ce-source' => '/pg_tide/postgres/ce_nats',
-		'ce-type' => 'nats.test', 'ce-time' => $ntime, 'content-type' => 'application/json', traceparent => $trace },
+is_deeply({ map { $_ => $hv->($nb, $_) } qw(ce-specversion ce-id ce-source ce-type ce-time content-type traceparent) },
+	{ %{ attributes('ce-', 'ce_nats', $nid, $ntime, type => 'nats.test') }, 'content-type' => 'application/json',
+	  traceparent => $trace },
 	'nats binary: every attribute a ce- header, content-type the datacontenttype, the traceparent');
 is($nb && $nb->{body}, '{"n": 3}', 'nats binary: the payload is the body');
 $nats->stop;
@@ -269,9 +272,8 @@ wait_until(sub { @re = $redis->entries('ce'); @re > 0 }, 30, 100);
 is(join(' ', map { "$_=" . ($re[0] ? $re[0]{fields}{$_} // 'none' : 'none') } qw(tide-id content-type)),
 	"tide-id=outbox_ce_redis:$rid content-type=application/cloudevents+json; charset=utf-8",
 	'redis structured: the fields tide-id and content-type');
-is_deeply($re[0] ? $json->decode($re[0]{fields}{message}) : undef, {
-		specversion => '1.0', id => "outbox_ce_redis:$rid", source => '/pg_tide/postgres/ce_redis',
-		type => 'redis.test', time => $rtime, datacontenttype => 'application/json', data => { n => 4 } },
+is_deeply($re[0] ? $json->decode($re[0]{fields}{message}) : undef,
+	event('ce_redis', $rid, $rtime, type => 'redis.test', data => { n => 4 }),
 	'redis structured: the event in the field "message"');
 $redis->stop;
 
