@@ -30,6 +30,7 @@ OBJS = \
 	relay/xact.o \
 	relay/lease.o \
 	relay/message.o \
+	relay/cloudevents.o \
 	relay/events.o \
 	relay/json_text.o \
 	relay/config_read.o \

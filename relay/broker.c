@@ -53,15 +53,6 @@ RelayBrokerAddSendSettings(const cJSON *config, cJSON *out, int default_in_fligh
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
 }
 
-void
-RelayBrokerAppendBody(StringInfo buf, const RelayMessage *m, bool envelope)
-{
-	if (envelope)
-		RelayAppendMessageJson(buf, m);
-	else
-		appendStringInfoString(buf, m->payload ? m->payload : "null");
-}
-
 bool
 RelayBrokerCredential(const cJSON *v, char **value, char **error)
 {

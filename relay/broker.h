@@ -73,12 +73,6 @@ extern PGDLLEXPORT void RelayConfigCheckCredential(const char *key, const cJSON 
 extern PGDLLEXPORT void RelayBrokerAddSendSettings(const cJSON *config, cJSON *out,
 												   int default_in_flight, int min_timeout_ms);
 
-/*
- * Appends a message's body to buf: its JSON object (RelayAppendMessageJson)
- * when the config's "body" is "envelope", else its payload.
- */
-extern PGDLLEXPORT void RelayBrokerAppendBody(StringInfo buf, const RelayMessage *m, bool envelope);
-
 /* The secret keys of a broker's sink (RelaySinkRoutine): those of "auth". */
 extern PGDLLEXPORT const char *const RelayBrokerSecretKeys[];
 

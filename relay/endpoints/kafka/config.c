@@ -19,12 +19,13 @@
 
 #include "config_value.h"
 #include "broker.h"
+#include "cloudevents.h"
 #include "kafka.h"
 
 const char *const RelayKafkaConfigKeys[] = {
 	"bootstrap_servers", "topic", "max_in_flight", "timeout_ms", "body", "compression",
 	"linger_ms", "auth", "tls", "producer", "batch_size", "retry", "ordering", "ordering_key",
-	NULL
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /*
@@ -173,6 +174,7 @@ RelayKafkaValidate(const cJSON *config, cJSON *out)
 	check_topic(topic);
 	RelayConfigAddCopy(out, "topic", topic);
 	RelayBrokerAddSendSettings(config, out, 1000, 1000);
+	RelayConfigCheckCloudEvents(config, out, NULL);
 	RelayConfigAddString(out, "compression", RelayConfigChoice(config, "compression", codecs, "none"));
 	RelayConfigAddInt(out, "linger_ms", RelayConfigInt(config, "linger_ms", "linger_ms", 0, 10000, 1));
 	if (auth != NULL)

@@ -17,7 +17,10 @@
  *	  "topic" template, the key from the message's ordering key when the
  *	  pipeline has one (so a key keeps its partition), pg_tide's headers
  *	  and the message's as Kafka headers, the body its payload or its JSON
- *	  envelope. librdkafka copies everything, so nothing of its points into
+ *	  envelope; with "format": "cloudevents" (cloudevents.c) the Kafka
+ *	  binding: the structured event as the body, or in binary mode the
+ *	  payload with ce_<attribute> headers, and a content-type header in
+ *	  both. librdkafka copies everything, so nothing of its points into
  *	  the batch's memory.
  * 3. Time: a message may spend half of timeout_ms in librdkafka
  *	  (message.timeout.ms and request.timeout.ms), and none is produced
@@ -68,6 +71,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "endpoints/registry.h"
 #include "kafka.h"
 
@@ -94,6 +98,7 @@ typedef struct KafkaPipeline
 	char	   *fingerprint;	/* of conf: KafkaConfFingerprint */
 	char	   *topic;			/* template */
 	bool		envelope;		/* body 'envelope': the message's JSON object */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 	int			max_in_flight;
 	int			timeout_ms;
 	rd_kafka_conf_t *conf;		/* to make a new producer after a fatal error */
@@ -435,9 +440,11 @@ produce(KafkaBatch *kb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	RelayBrokerAppendBody(&body, m, kp->envelope);
+	RelayCloudEventsAppendBody(&body, &kp->ce, m, kp->envelope);
 	headers = rd_kafka_headers_new(8);
 	RelayBrokerForEachHeader(m, add_header, headers);
+	/* the Kafka binding: ce_<attribute> headers and content-type */
+	RelayCloudEventsForEachHeader(&kp->ce, m, "ce_", "content-type", add_header, headers);
 	err = rd_kafka_producev(kp->rk,
 							RD_KAFKA_V_TOPIC(topic.data),
 							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -564,6 +571,7 @@ kafka_open(const cJSON *config, RelaySinkOpened *opened)
 
 	kp->topic = RelayConfigString(config, "topic");
 	kp->envelope = RelayConfigStringIs(config, "body", "envelope");
+	RelayCloudEventsOpen(config, &kp->ce);
 	kp->max_in_flight = RelayConfigIntOr(config, "max_in_flight", 1000);
 	kp->timeout_ms = RelayConfigIntOr(config, "timeout_ms", 10000);
 	kp->notifier.fd = -1;

@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "mqtt.h"
 
@@ -20,7 +21,8 @@
 
 const char *const RelayMqttConfigKeys[] = {
 	"host", "port", "topic", "qos", "protocol", "client_id", "retain", "max_in_flight",
-	"timeout_ms", "auth", "tls", "body", "batch_size", "retry", "ordering", "ordering_key", NULL
+	"timeout_ms", "auth", "tls", "body", "batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /*
@@ -112,6 +114,7 @@ RelayMqttValidate(const cJSON *config, cJSON *out)
 	const cJSON *qos = cJSON_GetObjectItemCaseSensitive(config, "qos");
 	const char *protocol;
 	const char *body;
+	bool		ce;
 
 	RelayConfigCheckHost("host", host->valuestring, strlen(host->valuestring),
 						 "Give \"host\", the name or address of the MQTT broker.");
@@ -125,9 +128,17 @@ RelayMqttValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddInt(out, "qos", RelayConfigInt(config, "qos", "qos", 1, 2, 1));
 	protocol = RelayConfigChoice(config, "protocol", protocols, "5");
 	RelayConfigAddString(out, "protocol", protocol);
-	/* MQTT 3.1.1 has no user properties: the body carries the headers */
-	body = RelayConfigChoice(config, "body", bodies, strcmp(protocol, "5") == 0 ? "payload" : "envelope");
-	if (strcmp(protocol, "3.1.1") == 0 && strcmp(body, "payload") == 0)
+	/* binary mode needs MQTT 5's user properties */
+	RelayConfigCheckCloudEvents(config, out, strcmp(protocol, "5") == 0 ? NULL :
+								"MQTT 3.1.1 has no user properties to carry the attributes: use \"cloudevents\": "
+								"{\"mode\": \"structured\"}, or \"protocol\": \"5\".");
+	/*
+	 * MQTT 3.1.1 has no user properties: the body carries the headers (the
+	 * envelope), or a structured CloudEvent does
+	 */
+	ce = cJSON_HasObjectItem(out, "cloudevents");
+	body = RelayConfigChoice(config, "body", bodies, strcmp(protocol, "5") == 0 || ce ? "payload" : "envelope");
+	if (strcmp(protocol, "3.1.1") == 0 && strcmp(body, "payload") == 0 && !ce)
 		RelayConfigError("MQTT 3.1.1 has no user properties to carry the message's identity and headers: leave \"body\" out, or give \"envelope\", or use \"protocol\": \"5\".",
 						 "config key \"body\" cannot be \"payload\" with protocol \"3.1.1\"");
 	RelayConfigAddString(out, "body", body);

@@ -69,6 +69,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "endpoints/registry.h"
 #include "mqtt.h"
 
@@ -89,6 +90,7 @@ typedef struct MqttSettings
 	int			qos;
 	bool		v5;				/* protocol "5", else "3.1.1" */
 	bool		envelope;		/* body "envelope", else "payload" */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 	bool		retain;
 	int			max_in_flight;
 	int			timeout_ms;
@@ -723,11 +725,14 @@ publish(MqttPipeline *p, MqttBatch *mb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	RelayBrokerAppendBody(&body, m, c->envelope);
+	RelayCloudEventsAppendBody(&body, &c->ce, m, c->envelope);
 	if (c->v5)
 	{
-		mosquitto_property_add_string(&props, MQTT_PROP_CONTENT_TYPE, "application/json");
+		mosquitto_property_add_string(&props, MQTT_PROP_CONTENT_TYPE, RelayCloudEventsContentType(&c->ce) ?
+									  RelayCloudEventsContentType(&c->ce) : "application/json");
 		RelayBrokerForEachHeader(m, add_user_property, &props);
+		/* the MQTT binding: each attribute a user property under its own name */
+		RelayCloudEventsForEachHeader(&c->ce, m, "", NULL, add_user_property, &props);
 	}
 	mb->sent_at[i] = GetCurrentTimestamp();
 	rc = mosquitto_publish_v5(p->mosq, &mid, topic.data, body.len, body.data, c->qos, c->retain, props);
@@ -917,6 +922,7 @@ mqtt_open(const cJSON *config, RelaySinkOpened *opened)
 	c->qos = RelayConfigIntOr(config, "qos", 1);
 	c->v5 = !RelayConfigStringIs(config, "protocol", "3.1.1");
 	c->envelope = !c->v5 || RelayConfigStringIs(config, "body", "envelope");
+	RelayCloudEventsOpen(config, &c->ce);
 	c->retain = RelayConfigIs(config, "retain", true);
 	c->max_in_flight = RelayConfigIntOr(config, "max_in_flight", 100);
 	c->timeout_ms = RelayConfigIntOr(config, "timeout_ms", 10000);

@@ -14,12 +14,14 @@
 #include "postgres.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "nats_sink.h"
 
 const char *const RelayNatsConfigKeys[] = {
 	"servers", "subject", "stream", "max_in_flight", "timeout_ms", "auth", "tls", "body",
-	"batch_size", "retry", "ordering", "ordering_key", NULL
+	"batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /*
@@ -221,4 +223,5 @@ RelayNatsValidate(const cJSON *config, cJSON *out)
 	}
 	add_tls(out, cJSON_GetObjectItemCaseSensitive(config, "tls"), tls_url);
 	RelayConfigAddString(out, "body", RelayConfigChoice(config, "body", bodies, "payload"));
+	RelayConfigCheckCloudEvents(config, out, NULL);
 }

@@ -58,6 +58,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "endpoints/registry.h"
 #include "nats_sink.h"
 
@@ -120,6 +121,7 @@ typedef struct NatsPipeline
 	int			max_in_flight;
 	int			timeout_ms;
 	bool		envelope;		/* body "envelope" rather than "payload" */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 	char	   *username;
 	char	   *password;
 	char	   *token;
@@ -662,7 +664,7 @@ publish(NatsPipeline *p, RelaySinkBatch *batch, NatsBatch *nb, int i)
 		return;
 	}
 	initStringInfo(&body);
-	RelayBrokerAppendBody(&body, m, p->envelope);
+	RelayCloudEventsAppendBody(&body, &p->ce, m, p->envelope);
 
 	RelayMessageIdentity(id, sizeof(id), m->outbox, m->id);
 	s = natsMsg_Create(&msg, subject.data, NULL, body.data, body.len);
@@ -671,6 +673,8 @@ publish(NatsPipeline *p, RelaySinkBatch *batch, NatsBatch *nb, int i)
 	if (s == NATS_OK)
 	{
 		RelayBrokerForEachHeader(m, add_header, &t);
+		/* the NATS binding: ce-<attribute> headers and content-type */
+		RelayCloudEventsForEachHeader(&p->ce, m, "ce-", "content-type", add_header, &t);
 		s = t.s;
 	}
 	if (s == NATS_OK && t.bad == NULL)
@@ -959,6 +963,7 @@ nats_open(const cJSON *config, RelaySinkOpened *opened)
 	p->max_in_flight = RelayConfigIntOr(config, "max_in_flight", 100);
 	p->timeout_ms = RelayConfigIntOr(config, "timeout_ms", 10000);
 	p->envelope = RelayConfigStringIs(config, "body", "envelope");
+	RelayCloudEventsOpen(config, &p->ce);
 	p->username = string_or_null(auth, "username");
 	p->credentials_file = string_or_null(auth, "credentials_file");
 	p->tls = cJSON_IsObject(tls);

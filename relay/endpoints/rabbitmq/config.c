@@ -13,12 +13,14 @@
 #include "postgres.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "rabbitmq.h"
 
 const char *const RelayRabbitmqConfigKeys[] = {
 	"host", "port", "vhost", "exchange", "routing_key", "max_in_flight", "timeout_ms", "auth",
-	"tls", "body", "batch_size", "retry", "ordering", "ordering_key", NULL
+	"tls", "body", "batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /* A name AMQP carries as a short string: at most 255 bytes, no control characters. */
@@ -104,6 +106,7 @@ RelayRabbitmqValidate(const cJSON *config, cJSON *out)
 		RelayConfigError(rk_hint, "config key \"routing_key\" is missing");
 
 	RelayBrokerAddSendSettings(config, out, 100, 100);
+	RelayConfigCheckCloudEvents(config, out, NULL);
 	if (auth != NULL)
 	{
 		check_auth(auth);

@@ -62,6 +62,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "endpoints/registry.h"
 #include "rabbitmq.h"
 
@@ -102,6 +103,7 @@ typedef struct RabbitConfig
 	char	   *key_file;
 	bool		verify;
 	bool		envelope;		/* body "envelope": the message's JSON object */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 } RabbitConfig;
 
 /* The outcome and bookkeeping of one message of a batch. */
@@ -906,6 +908,8 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 		appendStringInfoString(&routing_key, msg->key);
 	memset(&headers, 0, sizeof(headers));
 	RelayBrokerForEachHeader(msg, add_header, &headers);
+	/* the AMQP binding: cloudEvents_<attribute> application properties */
+	RelayCloudEventsForEachHeader(&st->cfg.ce, msg, "cloudEvents_", NULL, add_header, &headers);
 	if (exchange.len > 255 || routing_key.len > 255 || headers.too_long)
 	{
 		settle(rm, RELAY_PERMANENT, RELAY_CLASS_REFUSED,
@@ -929,7 +933,8 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 	memset(&props, 0, sizeof(props));
 	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
 		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_HEADERS_FLAG;
-	props.content_type = amqp_cstring_bytes("application/json");
+	props.content_type = amqp_cstring_bytes(RelayCloudEventsContentType(&st->cfg.ce) ?
+											RelayCloudEventsContentType(&st->cfg.ce) : "application/json");
 	props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
 	props.message_id = amqp_cstring_bytes(id);
 	props.timestamp = created_seconds(msg->created_at);
@@ -942,7 +947,7 @@ publish(RabbitState *st, RabbitBatch *rb, int i, StringInfo body)
 	}
 
 	resetStringInfo(body);
-	RelayBrokerAppendBody(body, msg, st->cfg.envelope);
+	RelayCloudEventsAppendBody(body, &st->cfg.ce, msg, st->cfg.envelope);
 
 	rm->sent_at = GetCurrentTimestamp();
 	rm->body_len = body->len;
@@ -1161,6 +1166,7 @@ rabbitmq_open(const cJSON *config, RelaySinkOpened *opened)
 	cfg->max_in_flight = RelayConfigIntOr(config, "max_in_flight", 100);
 	cfg->timeout_ms = RelayConfigIntOr(config, "timeout_ms", 10000);
 	cfg->envelope = RelayConfigStringIs(config, "body", "envelope");
+	RelayCloudEventsOpen(config, &cfg->ce);
 	cfg->tls = cJSON_IsObject(tls) || cJSON_IsTrue(tls);
 	if (cJSON_IsObject(tls))
 	{

@@ -16,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "redis.h"
 
@@ -24,7 +25,8 @@
 
 const char *const RedisConfigKeys[] = {
 	"url", "stream", "maxlen", "max_in_flight", "timeout_ms", "auth", "tls", "body",
-	"batch_size", "retry", "ordering", "ordering_key", NULL
+	"batch_size", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 bool
@@ -185,6 +187,7 @@ RedisValidate(const cJSON *config, cJSON *out)
 	if (maxlen > 0)
 		RelayConfigAddInt(out, "maxlen", maxlen);
 	RelayBrokerAddSendSettings(config, out, 100, 100);
+	RelayConfigCheckCloudEvents(config, out, "A Redis stream entry has fields, not headers: use \"cloudevents\": {\"mode\": \"structured\"}.");
 	if (auth != NULL)
 	{
 		check_auth(auth);

@@ -76,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "cloudevents.h"
 #include "endpoints/registry.h"
 #include "redis.h"
 
@@ -93,6 +94,7 @@ typedef struct RedisSinkConfig
 	int			max_in_flight;
 	int			timeout_ms;
 	bool		envelope;		/* body 'envelope': one "message" field */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 	char	   *username;		/* ACL user, or NULL: AUTH with the password only */
 	char	   *password;		/* or NULL: no AUTH */
 } RedisSinkConfig;
@@ -603,10 +605,16 @@ send_xadd(RedisSink *s, RedisBatch *rb, int i)
 		ADD_STR("*");
 		ADD_STR("tide-id");
 		ADD_STR(id);
-		if (cfg->envelope)
+		if (cfg->envelope || cfg->ce.mode != RELAY_CE_NONE)
 		{
+			/* a structured CloudEvent (the only mode a stream takes) or the envelope */
 			initStringInfo(&envelope);
-			RelayAppendMessageJson(&envelope, m);
+			RelayCloudEventsAppendBody(&envelope, &cfg->ce, m, true);
+			if (cfg->ce.mode != RELAY_CE_NONE)
+			{
+				ADD_STR("content-type");
+				ADD_STR(RelayCloudEventsContentType(&cfg->ce));
+			}
 			ADD_STR("message");
 			ADD_ARG(envelope.data, envelope.len);
 		}
@@ -845,6 +853,7 @@ redis_open(const cJSON *config, RelaySinkOpened *opened)
 	cfg->max_in_flight = RelayConfigIntOr(config, "max_in_flight", 100);
 	cfg->timeout_ms = RelayConfigIntOr(config, "timeout_ms", 10000);
 	cfg->envelope = RelayConfigStringIs(config, "body", "envelope");
+	RelayCloudEventsOpen(config, &cfg->ce);
 	opened->longest_batch_seconds = (cfg->timeout_ms + 999) / 1000;
 	opened->read_secrets = cJSON_IsObject(user) || cJSON_IsObject(password);
 	if (!RelayBrokerCredential(user, &cfg->username, &error) ||

@@ -17,13 +17,15 @@
 #include "utils/builtins.h"
 
 #include "address.h"
+#include "cloudevents.h"
 #include "config_value.h"
 #include "webhook.h"
 #include "signature.h"
 
 const char *const RelayWebhookConfigKeys[] = {
 	"url", "mode", "batch_size", "max_in_flight", "timeout_ms", "headers", "signing_secret",
-	"signature", "allow_http", "allow_private_network", "retry", "ordering", "ordering_key", NULL
+	"signature", "allow_http", "allow_private_network", "retry", "ordering", "ordering_key",
+	RELAY_CE_CONFIG_KEYS, NULL
 };
 
 /* The headers pg_tide sets itself, which "headers" may not name. */
@@ -229,6 +231,23 @@ RelayWebhookValidate(const cJSON *config, cJSON *out)
 	RelayConfigAddString(out, "signature", RelayConfigChoice(config, "signature", signatures, "standard"));
 	RelayConfigAddBool(out, "allow_http", allow_http);
 	RelayConfigAddBool(out, "allow_private_network", allow_private);
+	RelayConfigCheckCloudEvents(config, out, NULL);
+	if (RelayConfigStringIs(RelayConfigMember(out, "cloudevents"), "mode", "binary") &&
+		RelayConfigStringIs(out, "mode", "batch"))
+		RelayConfigError("Binary mode sends one event per request: use \"mode\": \"single\", or "
+						 "\"cloudevents\": {\"mode\": \"structured\"} for batches.",
+						 "config key \"cloudevents.mode\" cannot be \"binary\" with \"mode\": \"batch\"");
+	/* in binary mode the ce- headers are the event's attributes */
+	if (RelayConfigStringIs(RelayConfigMember(out, "cloudevents"), "mode", "binary") && headers != NULL)
+	{
+		const cJSON *h;
+
+		cJSON_ArrayForEach(h, headers)
+			if (pg_strncasecmp(h->string, "ce-", 3) == 0)
+				RelayConfigError(psprintf("Remove \"%s\" from \"headers\"; in binary mode pg_tide sets the ce- headers "
+										  "from the message.", h->string),
+								 "header \"%s\" in config key \"headers\" is set by pg_tide in binary mode", h->string);
+	}
 
 	if (headers != NULL)
 	{

@@ -12,8 +12,11 @@
  *	  the body the message's JSON object; mode 'batch': one request whose
  *	  body is a JSON array of the whole batch. Each request carries
  *	  webhook-id and Idempotency-Key (outbox_<outbox>:<id>, or
- *	  <first>-<last> for a batch), webhook-timestamp, the custom headers and
- *	  the signatures.
+ *	  <first>-<last> for a batch), webhook-timestamp, the custom headers,
+ *	  the signatures and, in mode 'single', the message's W3C traceparent
+ *	  and tracestate. With "format": "cloudevents" (cloudevents.c) a body
+ *	  is the structured event (a batch: a JSON array of them), or in
+ *	  binary mode the payload with the attributes in ce-* headers.
  * 3. The requests run up to max_in_flight at once, the whole batch bounded
  *	  by timeout_ms. curl tells the worker which sockets to wait on
  *	  (CURLMOPT_SOCKETFUNCTION, into events.c's epoll set) and when to call
@@ -73,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "cloudevents.h"
 #include "events.h"
 #include "relay_init.h"
 #include "secrets.h"
@@ -108,6 +112,7 @@ typedef struct WebhookSinkConfig
 	bool		allow_http;
 	bool		allow_private_network;
 	char		host_key[WEBHOOK_HOST_KEY_SIZE];	/* "scheme://host:port" of the url */
+	RelayCloudEvents ce;		/* "format": CloudEvents or pg_tide's own */
 } WebhookSinkConfig;
 
 /*
@@ -408,6 +413,82 @@ put_easy(WebhookPool *pool, CURL *easy)
 		curl_easy_cleanup(easy);
 }
 
+/* Appends one message to a body: pg_tide's object, or a CloudEvent. */
+static void
+append_message(StringInfo body, const WebhookSinkConfig *cfg, const RelayMessage *m)
+{
+	if (cfg->ce.mode == RELAY_CE_STRUCTURED)
+		RelayCloudEventsAppendJson(body, &cfg->ce, m);
+	else if (cfg->ce.mode == RELAY_CE_BINARY)
+		appendStringInfoString(body, m->payload ? m->payload : "null");
+	else
+		RelayAppendMessageJson(body, m);
+}
+
+/* The Content-Type line of a request: JSON, a CloudEvent, or a batch of them. */
+static const char *
+content_type(const WebhookSinkConfig *cfg)
+{
+	if (cfg->ce.mode != RELAY_CE_STRUCTURED)
+		return "Content-Type: " RELAY_CE_DATA_CONTENT_TYPE;
+	return cfg->batch_mode ? "Content-Type: " RELAY_CE_BATCH_CONTENT_TYPE :
+		"Content-Type: " RELAY_CE_CONTENT_TYPE;
+}
+
+/* Header lines being added from a callback, and whether all could be. */
+typedef struct HeaderAdding
+{
+	struct curl_slist **list;
+	const char *prefix;			/* before each name: "ce-" or "" */
+	bool		ok;
+} HeaderAdding;
+
+/*
+ * RelayCloudEventsCallback: adds "<prefix><name>: <value>"; with a prefix
+ * (an attribute), the value percent-encoded as the CloudEvents HTTP
+ * binding asks (every byte outside printable ASCII, space, '"' and '%').
+ * A trace context header is printable ASCII already, and its spaces are
+ * its own.
+ */
+static void
+add_header_from(const char *name, const char *value, void *arg)
+{
+	HeaderAdding *a = arg;
+	StringInfoData line;
+
+	initStringInfo(&line);
+	appendStringInfo(&line, "%s%s: ", a->prefix, name);
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+	{
+		if (a->prefix[0] != '\0' && (*p <= 0x20 || *p >= 0x7f || *p == '"' || *p == '%'))
+			appendStringInfo(&line, "%%%02X", *p);
+		else
+			appendStringInfoChar(&line, (char) *p);
+	}
+	if (a->ok && !add_header(a->list, line.data))
+		a->ok = false;
+	pfree(line.data);
+}
+
+/*
+ * The headers of a request that carries one message: the trace context
+ * given at publish and, in binary mode, the CloudEvent's attributes.
+ * False only when memory ran out.
+ */
+static bool
+add_message_headers(struct curl_slist **list, const WebhookSinkConfig *cfg, const RelayMessage *m)
+{
+	HeaderAdding a = {list, "", true};
+
+	RelayForEachTraceHeader(m, add_header_from, &a);
+	if (cfg->ce.mode == RELAY_CE_BINARY)
+	{
+		a.prefix = "ce-";
+		RelayCloudEventsForEachAttribute(&cfg->ce, m, add_header_from, &a);
+	}
+	return a.ok;
+}
+
 /*
  * Prepares the body and headers of a request for messages first..last; its
  * easy handle is made when it starts (new_easy_handle), so that a batch
@@ -433,18 +514,18 @@ prepare_request(WebhookRequest *r, const WebhookSinkConfig *cfg, const RelayMess
 		{
 			if (i > first)
 				appendStringInfoString(&r->body, ", ");
-			RelayAppendMessageJson(&r->body, &msgs[i]);
+			append_message(&r->body, cfg, &msgs[i]);
 		}
 		appendStringInfoChar(&r->body, ']');
 	}
 	else
-		RelayAppendMessageJson(&r->body, &msgs[first]);
+		append_message(&r->body, cfg, &msgs[first]);
 
 	RelayMessageIdentity(id, sizeof(id), msgs[first].outbox, msgs[first].id);
 	if (first != last)
 		snprintf(id + strlen(id), sizeof(id) - strlen(id), "-" INT64_FORMAT, msgs[last].id);
 
-	if (!add_header(&r->hdrs, "Content-Type: application/json") ||
+	if (!add_header(&r->hdrs, content_type(cfg)) ||
 		!add_header(&r->hdrs, "Expect:") ||
 		!add_header(&r->hdrs, "User-Agent: pg_tide"))
 		return false;
@@ -470,7 +551,7 @@ prepare_request(WebhookRequest *r, const WebhookSinkConfig *cfg, const RelayMess
 			if (!add_header(&r->hdrs, tok))
 				return false;
 	}
-	return true;
+	return first != last || add_message_headers(&r->hdrs, cfg, &msgs[first]);
 }
 
 /*
@@ -1198,6 +1279,7 @@ webhook_open(const cJSON *config, RelaySinkOpened *opened)
 	w->allow_http = RelayConfigIs(config, "allow_http", true);
 	w->allow_private_network = RelayConfigIs(config, "allow_private_network", true);
 	host_key(w->url, w->host_key);
+	RelayCloudEventsOpen(config, &w->ce);
 	opened->longest_batch_seconds = (w->timeout_ms + 999) / 1000;
 	opened->read_secrets = (w->headers && strchr(w->headers, '\x01')) ||
 		(w->secrets && strchr(w->secrets, '\x01'));
