@@ -139,6 +139,15 @@ my ($port_a, $pid_a) = silent_server('never');
 my ($port_b, $pid_b) = silent_server('stall');
 my ($port_c, $pid_c) = silent_server('tls');
 my ($port_d, $close_d) = unanswered_port();
+my @stopped;
+
+# Whatever ends the test, the stopped remote goes on (else its stop hangs)
+# and the servers end; this runs before the clusters' own END.
+END
+{
+	kill 'CONT', @stopped if @stopped;
+	kill 'KILL', grep { defined && $_ > 0 } $pid_a, $pid_b, $pid_c;
+}
 
 # The remote cluster's processes: its postmaster and its children.
 sub remote_pids
@@ -266,7 +275,7 @@ usleep(300_000);
 
 my $log_at = -s $node->logfile;
 my $t_silent = time();
-my @stopped = remote_pids();
+@stopped = remote_pids();
 kill 'STOP', @stopped;
 set_sink('sink_a', $port_a, 'in_a');
 set_sink('sink_b', $port_b, 'in_b');
@@ -360,6 +369,7 @@ unlike(slurp_file($node->logfile), qr/terminated by signal/, 'no server process 
 
 kill 'KILL', $pid_a, $pid_b, $pid_c;
 waitpid($_, 0) for $pid_a, $pid_b, $pid_c;
+($pid_a, $pid_b, $pid_c, @stopped) = ();
 $close_d->();
 $healthy->stop;
 note(sprintf('took %.1f s', time() - $t0));
