@@ -200,35 +200,7 @@ sub health
 
 # The commit-to-receipt waits (seconds, sorted) of the healthy webhook
 # pipeline over 50 messages published 40 ms apart, one commit each.
-sub waits
-{
-	my ($round) = @_;
-	sql("CREATE TABLE published_$round (id bigint, at double precision)");
-	sql(qq{DO \$\$
-BEGIN
-	FOR i IN 1 .. 50 LOOP
-		INSERT INTO published_$round
-			SELECT tide.outbox_publish('hooks', '{"n": 1}'), extract(epoch FROM clock_timestamp());
-		COMMIT;
-		PERFORM pg_sleep(0.04);
-	END LOOP;
-END \$\$});
-	my %published_at = map { split /\|/ } split /\n/, sql("SELECT id, at FROM published_$round");
-	my %received_at;
-	wait_until(
-		sub {
-			%received_at = ();
-			for my $r ($healthy->requests)
-			{
-				next unless $r->{status} == 200;
-				my $b = $json->decode($r->{body});
-				$received_at{ $_->{message_id} } //= $r->{t} for (ref $b eq 'ARRAY' ? @$b : ($b));
-			}
-			!grep { !defined $received_at{$_} } keys %published_at;
-		},
-		30, 100_000) or return undef;
-	return [ sort { $a <=> $b } map { $received_at{$_} - $published_at{$_} } keys %published_at ];
-}
+sub waits { return $healthy->commit_waits($node, 'hooks', $_[0], 50, 0.04) }
 
 sub publish_orders
 {
