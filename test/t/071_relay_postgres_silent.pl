@@ -216,11 +216,11 @@ sub publish_events
 sub not_once
 {
 	my ($inbox, $ids, $remote_side) = @_;
-	my $rows = ($remote_side ? \&rsql : \&sql)->("SELECT event_id FROM tide.${inbox}_inbox");
+	my @rows = split /\n/, ($remote_side ? \&rsql : \&sql)->("SELECT event_id FROM tide.${inbox}_inbox");
 	my %seen;
-	$seen{$_}++ for split /\n/, $rows;
+	$seen{$_}++ for @rows;
 	my $prefix = $remote_side ? 'outbox_orders:' : 'outbox_events:';
-	return (scalar(grep { ($seen{"$prefix$_"} // 0) != 1 } @$ids), scalar(keys %seen));
+	return (scalar(grep { ($seen{"$prefix$_"} // 0) != 1 } @$ids), scalar(@rows));
 }
 
 sql("SELECT tide.outbox_create('hooks'); SELECT tide.outbox_create('orders')");
