@@ -51,35 +51,7 @@ sub set_pipeline
 
 # The commit-to-receipt waits (seconds, sorted) of 40 messages published
 # 50 ms apart, one commit each, in one session.
-sub waits
-{
-	my ($round) = @_;
-	sql("CREATE TABLE published_$round (id bigint, at double precision)");
-	sql(qq{DO \$\$
-BEGIN
-	FOR i IN 1 .. 40 LOOP
-		INSERT INTO published_$round
-			SELECT tide.outbox_publish('orders', '{"n": 1}'), extract(epoch FROM clock_timestamp());
-		COMMIT;
-		PERFORM pg_sleep(0.05);
-	END LOOP;
-END \$\$});
-	my %published_at = map { split /\|/ } split /\n/, sql("SELECT id, at FROM published_$round");
-	my %received_at;
-	wait_until(
-		sub {
-			%received_at = ();
-			for my $r ($healthy->requests)
-			{
-				next unless $r->{status} == 200;
-				my $b = $json->decode($r->{body});
-				$received_at{ $_->{message_id} } //= $r->{t} for (ref $b eq 'ARRAY' ? @$b : ($b));
-			}
-			!grep { !defined $received_at{$_} } keys %published_at;
-		},
-		30, 100_000) or return undef;
-	return [ sort { $a <=> $b } map { $received_at{$_} - $published_at{$_} } keys %published_at ];
-}
+sub waits { return $healthy->commit_waits($node, 'orders', $_[0], 40, 0.05) }
 
 sub p50 { my ($w) = @_; return $w->[ int(@$w / 2) ] }
 sub p90 { my ($w) = @_; return $w->[ int(@$w * 9 / 10) ] }

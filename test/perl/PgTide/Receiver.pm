@@ -10,6 +10,8 @@
 #                                # status, t, sig, concurrent
 #   my $stats = $rcv->stats;     # {requests, status => {code => n}, sig_ok, sig_bad,
 #                                #  max_concurrent}
+#   my $w = $rcv->commit_waits($node, 'orders', 'round1', 40, 0.05);
+#                                # commit-to-receipt seconds, sorted
 #   $rcv->stop;                  # start again later: same port, same log
 #
 # The log is decoded as bytes: body and header values are byte strings (the
@@ -140,6 +142,42 @@ sub wait_for
 		return 0 if time() >= $deadline;
 		usleep(50_000);
 	}
+}
+
+# commit_waits($node, $outbox, $round, $n, $gap): publishes $n messages to
+# $outbox of $node's database postgres, $gap seconds apart, one commit
+# each (recorded in a table published_$round), and waits up to 30 s for a
+# pipeline to deliver each to this receiver. Returns the commit-to-receipt
+# waits in seconds, sorted, or undef when some did not arrive.
+sub commit_waits
+{
+	my ($self, $node, $outbox, $round, $n, $gap) = @_;
+	my $json = $self->{json};
+	$node->safe_psql('postgres', "CREATE TABLE published_$round (id bigint, at double precision)");
+	$node->safe_psql('postgres', qq{DO \$\$
+BEGIN
+	FOR i IN 1 .. $n LOOP
+		INSERT INTO published_$round
+			SELECT tide.outbox_publish('$outbox', '{"n": 1}'), extract(epoch FROM clock_timestamp());
+		COMMIT;
+		PERFORM pg_sleep($gap);
+	END LOOP;
+END \$\$});
+	my %published_at = map { split /\|/ } split /\n/, $node->safe_psql('postgres', "SELECT id, at FROM published_$round");
+	my %received_at;
+	$self->wait_for(
+		sub {
+			%received_at = ();
+			for my $r (@{ $_[0] })
+			{
+				next unless $r->{status} == 200;
+				my $b = $json->decode($r->{body});
+				$received_at{ $_->{message_id} } //= $r->{t} for (ref $b eq 'ARRAY' ? @$b : ($b));
+			}
+			!grep { !defined $received_at{$_} } keys %published_at;
+		},
+		30) or return undef;
+	return [ sort { $a <=> $b } map { $received_at{$_} - $published_at{$_} } keys %published_at ];
 }
 
 sub DESTROY
