@@ -76,3 +76,4 @@ SELECT pg_temp.check('{"sink_type": "nats", "servers": "nats://n:4222", "subject
 SELECT pg_temp.check('{"sink_type": "file", "path": "/tmp/x", "format": "cloudevents"}');
 -- nothing was written
 SELECT count(*) FROM tide.relay_outbox_config;
+SELECT tide.outbox_drop('ce_orders');
