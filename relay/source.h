@@ -100,7 +100,6 @@ typedef struct RelaySourceOpened
 {
 	const char *pipeline;		/* set by the relay: the pipeline's name */
 	void	   *state;			/* the source's state of the pipeline */
-	int			longest_fetch_seconds;	/* the longest a fetch can take */
 	bool		read_secrets;	/* its config refers to secrets, which `open` read */
 	const char *error;			/* when `open` fails: why the pipeline is passed over */
 } RelaySourceOpened;

@@ -763,18 +763,17 @@ BEGIN
 		INTO result
 		USING p_cfg.inbox_name, p_cfg.inbox_schema, p_cfg.inbox_name || '_inbox', p_cfg.max_retries,
 			  p_cfg.processed_retention_hours, p_cfg.dlq_retention_hours;
-	-- An inbox with a handler: what the relay did with it.
+	-- An inbox with a handler: what the relay did with it (tide.inbox_handler_status).
 	SELECT jsonb_build_object(
-			'function', h.handler::text, 'run_as', h.run_as, 'enabled', h.enabled,
-			'batch_size', h.config -> 'batch_size', 'concurrency', h.config -> 'concurrency',
-			'processed', coalesce(s.processed, 0), 'failed', coalesce(s.failed, 0),
-			'dead_lettered', coalesce(s.dead_lettered, 0),
-			'last_success_at', s.last_success_at, 'last_failure_at', s.last_failure_at,
-			'last_error', s.last_error, 'held_since', s.held_since, 'held_reason', s.held_reason)
+			'function', v.handler::text, 'run_as', v.run_as, 'enabled', v.enabled,
+			'batch_size', v.batch_size, 'concurrency', v.concurrency,
+			'effective_concurrency', v.effective_concurrency, 'running', v.running,
+			'processed', v.processed, 'failed', v.failed, 'dead_lettered', v.dead_lettered,
+			'last_success_at', v.last_success_at, 'last_failure_at', v.last_failure_at,
+			'last_error', v.last_error, 'held_since', v.held_since, 'held_reason', v.held_reason)
 	  INTO handler_status
-	  FROM tide.relay_inbox_handlers h
-	  LEFT JOIN tide.relay_inbox_handler_health s ON s.inbox_name = h.inbox_name
-	 WHERE h.inbox_name = p_cfg.inbox_name;
+	  FROM tide.inbox_handler_status v
+	 WHERE v.inbox = p_cfg.inbox_name;
 	IF FOUND THEN
 		result := result || jsonb_build_object('handler', handler_status);
 	END IF;

@@ -295,8 +295,6 @@ postgres_source_open(const cJSON *config, RelaySourceOpened *opened)
 	}
 	/* the wait ends well before the remote's statement_timeout */
 	s->wait_ms = Max(100, Min(5000, s->client.statement_timeout_ms / 2));
-	opened->longest_fetch_seconds =
-		(3 * s->client.connect_timeout_ms + 3 * s->client.statement_timeout_ms + s->wait_ms) / 1000 + 1;
 	opened->state = s;
 	return true;
 }
