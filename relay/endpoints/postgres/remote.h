@@ -103,6 +103,13 @@ extern bool RemoteClientInit(RemoteClient *c, const cJSON *config, char **error)
 extern void RemoteClientConnect(RemoteClient *c);
 
 /*
+ * What a call's own deadline leaves beyond the remote's statement_timeout,
+ * so that a slow call ends with the remote's error (57014) and the
+ * connection kept, not with the relay dropping it.
+ */
+#define REMOTE_ANSWER_SLACK_MS 2000
+
+/*
  * Sends a query with text parameters on a READY connection (then BUSY);
  * false, with the failure noted, when it cannot be sent.
  */

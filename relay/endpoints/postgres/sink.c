@@ -34,9 +34,6 @@
 
 #include "remote.h"
 
-/* Time the worker's own deadline leaves the remote's statement_timeout. */
-#define REMOTE_ANSWER_SLACK_MS 2000
-
 static const char receive_sql[] = "SELECT tide.inbox_receive_batch($1, $2::jsonb)";
 
 struct PgBatch;

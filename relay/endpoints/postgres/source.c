@@ -119,7 +119,8 @@ send_call(PostgresSource *s)
 		const char *params[2] = {s->group, ms};
 
 		snprintf(ms, sizeof(ms), "%d", s->wait_ms);
-		s->calling = RemoteClientSend(c, wait_sql, 2, params, s->wait_ms + c->statement_timeout_ms);
+		s->calling = RemoteClientSend(c, wait_sql, 2, params,
+										s->wait_ms + c->statement_timeout_ms + REMOTE_ANSWER_SLACK_MS);
 	}
 	else
 	{
@@ -132,7 +133,8 @@ send_call(PostgresSource *s)
 			snprintf(upto, sizeof(upto), INT64_FORMAT, s->last_polled);
 			params[3] = upto;
 		}
-		s->calling = RemoteClientSend(c, poll_sql, 4, params, c->statement_timeout_ms);
+		s->calling = RemoteClientSend(c, poll_sql, 4, params,
+										c->statement_timeout_ms + REMOTE_ANSWER_SLACK_MS);
 	}
 	return true;
 }
