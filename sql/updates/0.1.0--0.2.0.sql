@@ -204,3 +204,18 @@ COMMENT ON TABLE tide.relay_inbox_handler_health
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handlers', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handler_health', '');
+
+-- Change capture (sql/install/04_capture.sql).
+CREATE TABLE tide.outbox_captures (
+	table_name	regclass NOT NULL,
+	outbox_name	text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name),
+	options		jsonb NOT NULL,
+	owner		regrole,
+	created_at	timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (table_name, outbox_name)
+);
+
+COMMENT ON TABLE tide.outbox_captures
+	IS 'Tables whose inserts, updates and deletes are published into an outbox by a trigger, with the options normalised';
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_captures', '');

@@ -1,0 +1,69 @@
+-- ---------------------------------------------------------------------------
+-- Change capture (docs/capture.md): the triggers (src/capture.c), and
+-- outbox_capture / outbox_uncapture (src/capture_admin.c), which check the
+-- caller's rights themselves and write as the catalog's owner.
+-- ---------------------------------------------------------------------------
+
+-- The row trigger of a captured table; only outbox_capture creates it.
+CREATE OR REPLACE FUNCTION tide._capture_row()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tide_capture_row'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tide._capture_row() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+
+-- The TRUNCATE trigger of a captured table: refuses it, or publishes it.
+CREATE OR REPLACE FUNCTION tide._capture_truncate()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tide_capture_truncate'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tide._capture_truncate() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+
+CREATE OR REPLACE FUNCTION tide.outbox_capture(p_table regclass, p_outbox text, p_options jsonb DEFAULT '{}')
+RETURNS void
+AS 'MODULE_PATHNAME', 'tide_outbox_capture'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_capture(regclass, text, jsonb)
+	IS 'publishes every insert, update and delete of a table into an outbox, in the writer''s transaction';
+REVOKE ALL ON FUNCTION tide.outbox_capture(regclass,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_capture(regclass,text,jsonb) TO tide_admin, tide_publisher;
+
+CREATE OR REPLACE FUNCTION tide.outbox_uncapture(p_table regclass, p_outbox text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_uncapture'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide.outbox_uncapture(regclass, text)
+	IS 'ends the capture of a table into one outbox, or into every outbox; returns how many ended';
+REVOKE ALL ON FUNCTION tide.outbox_uncapture(regclass,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_uncapture(regclass,text) TO tide_admin, tide_publisher;
+
+-- At the end of a DROP: a dropped table's captures go (its triggers went
+-- with it), and dropping a key column of a captured table is refused (the
+-- key orders its messages).
+CREATE OR REPLACE FUNCTION tide._capture_dropped()
+RETURNS event_trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	r record;
+BEGIN
+	DELETE FROM tide.outbox_captures c
+	 USING pg_catalog.pg_event_trigger_dropped_objects() d
+	 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objsubid = 0
+	   AND c.table_name::pg_catalog.oid = d.objid;
+	FOR r IN
+		SELECT c.table_name, c.outbox_name, d.address_names[3] AS column_name
+		  FROM pg_catalog.pg_event_trigger_dropped_objects() d
+		  JOIN tide.outbox_captures c ON c.table_name::pg_catalog.oid = d.objid
+		 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objsubid <> 0
+		   AND c.options -> 'key' ? d.address_names[3]
+	LOOP
+		RAISE EXCEPTION 'cannot drop column "%" of table %: it is a key column of its capture into outbox "%"',
+			r.column_name, r.table_name, r.outbox_name
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  HINT = 'End the capture with tide.outbox_uncapture() first, or capture the table with another key.';
+	END LOOP;
+END
+$$
+SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER;
+REVOKE ALL ON FUNCTION tide._capture_dropped() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
