@@ -4,7 +4,9 @@
 -- caller's rights themselves and write as the catalog's owner.
 -- ---------------------------------------------------------------------------
 
--- The row trigger of a captured table; only outbox_capture creates it.
+-- The row trigger of a captured table; only outbox_capture creates it. It
+-- runs no SQL of its own (its publish names every object with its schema),
+-- so it keeps the writer's search_path, at no cost per row.
 CREATE OR REPLACE FUNCTION tide._capture_row()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'tide_capture_row'
@@ -21,7 +23,8 @@ REVOKE ALL ON FUNCTION tide._capture_truncate() FROM PUBLIC, tide_admin, tide_pu
 CREATE OR REPLACE FUNCTION tide.outbox_capture(p_table regclass, p_outbox text, p_options jsonb DEFAULT '{}')
 RETURNS void
 AS 'MODULE_PATHNAME', 'tide_outbox_capture'
-LANGUAGE C VOLATILE;
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION tide.outbox_capture(regclass, text, jsonb)
 	IS 'publishes every insert, update and delete of a table into an outbox, in the writer''s transaction';
 REVOKE ALL ON FUNCTION tide.outbox_capture(regclass,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
@@ -30,7 +33,8 @@ GRANT EXECUTE ON FUNCTION tide.outbox_capture(regclass,text,jsonb) TO tide_admin
 CREATE OR REPLACE FUNCTION tide.outbox_uncapture(p_table regclass, p_outbox text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_outbox_uncapture'
-LANGUAGE C VOLATILE;
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION tide.outbox_uncapture(regclass, text)
 	IS 'ends the capture of a table into one outbox, or into every outbox; returns how many ended';
 REVOKE ALL ON FUNCTION tide.outbox_uncapture(regclass,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;

@@ -1,0 +1,142 @@
+# Change capture under concurrent writers and a crash: sessions insert,
+# update and delete rows of a captured table in transactions of their own
+# (some rolled back, some waiting on each other's row locks), the server is
+# killed with SIGKILL in the middle and restarted, the writers go on; then
+# a consumer that polls the outbox and applies each message in id order
+# to an empty copy ends with exactly the table's rows. The messages of one
+# key are in the order of their commits, since a writer of a row waits for
+# the writer before it; a message of a rolled-back or crashed transaction
+# would put a row into the copy that the table does not have.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/../perl";
+use PgTide::TestNode;
+use IPC::Run;
+
+my $node = tide_node('capture_replay', "max_connections = 40\nfsync = on");
+$node->safe_psql('postgres', q{
+	SELECT tide.outbox_create('cdc', 24, 10000000);
+	SELECT tide.create_consumer_group('replay', 'cdc');
+	CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text, big text);
+	SELECT tide.outbox_capture('items', 'cdc', '{"ignore": ["big"]}');
+	CREATE TABLE copy (LIKE items);
+	ALTER TABLE copy ADD PRIMARY KEY (id);
+	-- One poll of the consumer, each message applied in id order.
+	CREATE FUNCTION replay() RETURNS int LANGUAGE plpgsql AS $$
+	DECLARE
+		m record;
+		n int := 0;
+		last_id bigint;
+	BEGIN
+		FOR m IN SELECT * FROM tide.poll_outbox('replay', 'r', 500) p ORDER BY p.id LOOP
+			IF m.payload->>'op' = 'delete' THEN
+				DELETE FROM copy WHERE id = (m.payload->'key'->>'id')::int;
+			ELSE
+				INSERT INTO copy SELECT * FROM jsonb_populate_record(NULL::copy, m.payload->'new')
+				ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note;
+			END IF;
+			n := n + 1;
+			last_id := m.id;
+		END LOOP;
+		IF n > 0 THEN
+			PERFORM tide.commit_offset('replay', 'r', last_id);
+		END IF;
+		RETURN n;
+	END $$;
+});
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+open my $fh, '>', "$dir/write.sql" or die $!;
+print $fh q{
+\set a random(1, 60)
+\set b random(1, 60)
+\set op random(1, 4)
+\set fate random(1, 8)
+BEGIN;
+INSERT INTO items VALUES (:a, :client_id, 'c' || :client_id, repeat('x', 100))
+	ON CONFLICT (id) DO UPDATE SET v = items.v + 1, note = 'u' || :client_id;
+\if :op = 1
+DELETE FROM items WHERE id = :b;
+\elif :op = 2
+UPDATE items SET v = v * 2 % 1000 WHERE id = :b;
+\elif :op = 3
+UPDATE items SET big = 'y' WHERE id BETWEEN :b AND :b + 2;
+\else
+INSERT INTO items VALUES (:b, 0) ON CONFLICT DO NOTHING;
+\endif
+SELECT pg_sleep(random() / 200);
+\if :fate = 1
+ROLLBACK;
+\else
+COMMIT;
+\endif
+};
+close $fh;
+
+# pgbench for `seconds`, 5 clients; returns its handle and output.
+sub writers
+{
+	my ($seconds) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'pgbench', '-n', '-T', $seconds, '-c', '5', '--max-tries', '20', '-f', "$dir/write.sql",
+		  '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'>', \$out, '2>', \$err);
+	return ($h, \$out, \$err);
+}
+
+# Writers, killed with the server after a few seconds.
+my ($h, $out, $err) = writers(30);
+my $before = 0;
+foreach my $i (1 .. 200)
+{
+	$before = $node->safe_psql('postgres',
+		q{SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc'});
+	last if $before >= 300;
+	select(undef, undef, undef, 0.1);
+}
+cmp_ok($before, '>=', 300, "the writers published $before messages before the crash");
+$node->kill9;
+$h->finish;
+isnt($h->result(0), 0, 'the writers lost their server');
+$node->start;
+
+# The writers again, after the restart, to the end.
+($h, $out, $err) = writers(4);
+$h->finish;
+is($h->result(0), 0, 'the writers ran after the restart') or diag($$err);
+
+# The consumer replays everything.
+my $applied = 0;
+foreach my $i (1 .. 2000)
+{
+	my $n = $node->safe_psql('postgres', 'SELECT replay()');
+	last if $n == 0;
+	$applied += $n;
+}
+my $published = $node->safe_psql('postgres',
+	q{SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc'});
+is($applied, $published, "the consumer applied every one of the $published messages");
+cmp_ok($published, '>', $before, 'messages were published after the restart too');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (
+		(SELECT id, v, note FROM items EXCEPT SELECT id, v, note FROM copy)
+		UNION ALL
+		(SELECT id, v, note FROM copy EXCEPT SELECT id, v, note FROM items)) d}),
+	'0', 'the replayed copy equals the table');
+cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM items'), '>', 0, 'the table has rows');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM tide.tide_outbox_messages
+	 WHERE outbox_name = 'cdc' AND (payload->'new' ? 'big' OR payload->'old' ? 'big')}),
+	'0', 'no payload holds the ignored column');
+# A change of the ignored column alone is still published: only
+# ignore_changes_of holds it back.
+$node->safe_psql('postgres', q{UPDATE items SET big = 'z' WHERE id = (SELECT min(id) FROM items)});
+is($node->safe_psql('postgres', 'SELECT replay()'), '1', 'an update of the ignored column alone is published');
+
+$node->stop;
+done_testing();
