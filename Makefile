@@ -20,6 +20,7 @@ OBJS = \
 	src/capture.o \
 	src/capture_options.o \
 	src/capture_admin.o \
+	src/capture_backfill.o \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \

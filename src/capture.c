@@ -316,6 +316,43 @@ publish_as_owner(Relation rel, const char *outbox, Jsonb *payload, Jsonb *header
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 }
 
+/*
+ * Publishes one row's message: `op` with the row's new and old values
+ * (either may be NULL; old goes into the payload only with "old_row").
+ * Returns the key.
+ */
+Jsonb *
+CapturePublish(Relation rel, const char *outbox, CaptureOptions *options, const char *op,
+			   Jsonb *new_row, Jsonb *old_row)
+{
+	Jsonb	   *key = key_jsonb(options, rel, new_row ? new_row : old_row);
+	JsonbParseState *state = NULL;
+	JsonbValue	value;
+	Jsonb	   *payload;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	pushJsonbValue(&state, WJB_KEY, string_value(&value, "op"));
+	pushJsonbValue(&state, WJB_VALUE, string_value(&value, op));
+	pushJsonbValue(&state, WJB_KEY, string_value(&value, "table"));
+	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(rel)));
+	pushJsonbValue(&state, WJB_KEY, string_value(&value, "key"));
+	push_jsonb(&state, key);
+	if (new_row != NULL)
+	{
+		pushJsonbValue(&state, WJB_KEY, string_value(&value, "new"));
+		push_row(&state, new_row, options->ignore);
+	}
+	if (old_row != NULL && options->old_row)
+	{
+		pushJsonbValue(&state, WJB_KEY, string_value(&value, "old"));
+		push_row(&state, old_row, options->ignore);
+	}
+	payload = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	publish_as_owner(rel, outbox, payload,
+					 headers_jsonb(event_type(options, rel, op), key_text(key)));
+	return key;
+}
+
 /* SQL: tide._capture_row(), the row trigger of a captured table */
 Datum
 tide_capture_row(PG_FUNCTION_ARGS)
@@ -330,10 +367,6 @@ tide_capture_row(PG_FUNCTION_ARGS)
 	HeapTuple	old_tuple = NULL;
 	Jsonb	   *new_row = NULL;
 	Jsonb	   *old_row = NULL;
-	Jsonb	   *key;
-	JsonbParseState *state = NULL;
-	JsonbValue	value;
-	Jsonb	   *payload;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(data->tg_event) ||
 		!TRIGGER_FIRED_AFTER(data->tg_event))
@@ -367,30 +400,7 @@ tide_capture_row(PG_FUNCTION_ARGS)
 		new_row = row_jsonb(entry, rel, new_tuple);
 	if (old_tuple != NULL && (op == CAPTURE_DELETE || entry->options.old_row))
 		old_row = row_jsonb(entry, rel, old_tuple);
-	key = key_jsonb(&entry->options, rel, new_row ? new_row : old_row);
-
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	pushJsonbValue(&state, WJB_KEY, string_value(&value, "op"));
-	pushJsonbValue(&state, WJB_VALUE, string_value(&value, CaptureOpNames[op]));
-	pushJsonbValue(&state, WJB_KEY, string_value(&value, "table"));
-	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(rel)));
-	pushJsonbValue(&state, WJB_KEY, string_value(&value, "key"));
-	push_jsonb(&state, key);
-	if (new_row != NULL)
-	{
-		pushJsonbValue(&state, WJB_KEY, string_value(&value, "new"));
-		push_row(&state, new_row, entry->options.ignore);
-	}
-	if (old_row != NULL && entry->options.old_row)
-	{
-		pushJsonbValue(&state, WJB_KEY, string_value(&value, "old"));
-		push_row(&state, old_row, entry->options.ignore);
-	}
-	payload = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
-
-	publish_as_owner(rel, outbox,
-					 payload, headers_jsonb(event_type(&entry->options, rel, CaptureOpNames[op]),
-											key_text(key)));
+	CapturePublish(rel, outbox, &entry->options, CaptureOpNames[op], new_row, old_row);
 	return PointerGetDatum(NULL);
 }
 

@@ -12,7 +12,9 @@
 
 #include "fmgr.h"
 #include "nodes/pg_list.h"
+#include "storage/lockdefs.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 
 /* The row operations a capture may publish, in the order of their names. */
 typedef enum CaptureOp
@@ -42,6 +44,13 @@ typedef struct CaptureOptions
 /* capture_options.c */
 extern void CaptureParseOptions(Jsonb *options, CaptureOptions *out);
 extern char *CaptureOptionsText(const CaptureOptions *options);
+
+/* capture.c: one row's message, published as the table's owner; returns the key */
+extern Jsonb *CapturePublish(Relation rel, const char *outbox, CaptureOptions *options,
+							 const char *op, Jsonb *new_row, Jsonb *old_row);
+
+/* capture_admin.c: the table, opened and checked as the rights say */
+extern Relation CaptureOpenTable(Oid relid, LOCKMODE lockmode);
 
 /* outbox.c: tide.outbox_publish's entry point, which the triggers call directly */
 extern PGDLLEXPORT Datum tide_outbox_publish(PG_FUNCTION_ARGS);

@@ -54,13 +54,14 @@ trigger_name(const char *outbox, const char *kind)
 }
 
 /*
- * Opens the table for a capture's DDL and checks that the caller may
- * capture it: its owner, or tide_admin with the TRIGGER privilege.
+ * Opens the table (for a capture's DDL: ShareRowExclusiveLock) and checks
+ * that the caller may capture it: its owner, or tide_admin with the TRIGGER
+ * privilege.
  */
-static Relation
-open_captured_table(Oid relid)
+Relation
+CaptureOpenTable(Oid relid, LOCKMODE lockmode)
 {
-	Relation	rel = table_open(relid, ShareRowExclusiveLock);
+	Relation	rel = table_open(relid, lockmode);
 	Oid			userid = GetUserId();
 	Oid			admin = get_role_oid("tide_admin", true);
 
@@ -246,7 +247,7 @@ tide_outbox_capture(PG_FUNCTION_ARGS)
 	TideValidateName("outbox", outbox);
 	CaptureParseOptions(PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), &options);
 
-	rel = open_captured_table(relid);
+	rel = CaptureOpenTable(relid, ShareRowExclusiveLock);
 	if (options.key == NIL)
 		options.key = primary_key_columns(rel);
 	check_columns(rel, "key", options.key);
@@ -322,7 +323,7 @@ tide_outbox_uncapture(PG_FUNCTION_ARGS)
 		outbox = text_to_cstring(PG_GETARG_TEXT_PP(1));
 		TideValidateName("outbox", outbox);
 	}
-	rel = open_captured_table(relid);
+	rel = CaptureOpenTable(relid, ShareRowExclusiveLock);
 	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									   RelationGetRelationName(rel));
 

@@ -71,3 +71,38 @@ $$
 SET search_path = pg_catalog, pg_temp
 SECURITY DEFINER;
 REVOKE ALL ON FUNCTION tide._capture_dropped() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+
+-- One chunk of a backfill (src/capture_backfill.c): checks the caller's
+-- rights itself, like outbox_capture; returns whether the backfill is done.
+CREATE OR REPLACE FUNCTION tide._capture_backfill_chunk(p_table regclass, p_outbox text,
+														p_options jsonb, p_first boolean)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tide_capture_backfill_chunk'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._capture_backfill_chunk(regclass,text,jsonb,boolean) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._capture_backfill_chunk(regclass,text,jsonb,boolean) TO tide_admin, tide_publisher;
+
+-- Publishes the rows of a captured table that exist, in key order, one
+-- chunk per transaction. A procedure, to commit between chunks: it has no
+-- SET clause (a procedure with one cannot commit) and runs no SQL but the
+-- call of the chunk, whose statements name their schemas.
+CREATE OR REPLACE PROCEDURE tide.outbox_backfill(p_table regclass, p_outbox text, p_options jsonb DEFAULT '{}')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	done boolean;
+	first boolean := true;
+BEGIN
+	LOOP
+		done := tide._capture_backfill_chunk(p_table, p_outbox, p_options, first);
+		first := false;
+		COMMIT;
+		EXIT WHEN done;
+	END LOOP;
+END
+$$;
+COMMENT ON PROCEDURE tide.outbox_backfill(regclass, text, jsonb)
+	IS 'publishes the existing rows of a captured table in key order, committing per chunk; resumes after a crash';
+REVOKE ALL ON PROCEDURE tide.outbox_backfill(regclass,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON PROCEDURE tide.outbox_backfill(regclass,text,jsonb) TO tide_admin, tide_publisher;

@@ -153,6 +153,35 @@ SELECT pg_temp.try($$SELECT tide.outbox_uncapture('cap_owned')$$);
 RESET ROLE;
 SELECT tide.outbox_uncapture('cap_owned');
 
+-- backfill: the rows that existed before the capture, in key order, as "read"
+SELECT pg_temp.clear();
+CREATE TABLE cap_old (id int PRIMARY KEY, v text, secret text);
+INSERT INTO cap_old SELECT g, 'v' || g, 's' FROM generate_series(5, 1, -1) g;
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap')$$);
+SELECT tide.outbox_capture('cap_old', 'cap', '{"ignore": ["secret"], "operations": ["insert"]}');
+CALL tide.outbox_backfill('cap_old', 'cap', '{"chunk_size": 2}');
+SELECT payload, headers FROM pg_temp.messages();
+SELECT last_key, rows_published, finished_at IS NOT NULL AS finished FROM tide.outbox_backfills;
+-- a finished backfill publishes nothing more; "restart" publishes every row again
+CALL tide.outbox_backfill('cap_old', 'cap');
+SELECT count(*) AS after_second_call FROM pg_temp.messages();
+CALL tide.outbox_backfill('cap_old', 'cap', '{"restart": true, "chunk_size": 10}');
+SELECT count(*) AS after_restart FROM pg_temp.messages();
+-- bad options and tables: 22023 or 55000, nothing written
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"chunk_size": 0}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"chunk_size": 1.5}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"chunk_size": "10"}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"chunk_size": 100001}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"restart": 1}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '{"nope": 1}')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_old', 'cap', '[]')$$);
+SELECT pg_temp.try($$CALL tide.outbox_backfill('cap_lines', 'cap')$$);
+SELECT count(*) AS messages_after_bad_input FROM pg_temp.messages();
+-- ending the capture ends its backfill's progress
+SELECT tide.outbox_uncapture('cap_old');
+SELECT count(*) AS backfills_left FROM tide.outbox_backfills;
+DROP TABLE cap_old;
+
 -- clean up
 SELECT tide.outbox_uncapture('cap_lines');
 DROP TABLE cap_owned, cap_lines, cap_bad;
