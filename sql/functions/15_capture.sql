@@ -86,17 +86,29 @@ GRANT EXECUTE ON FUNCTION tide._capture_backfill_chunk(regclass,text,jsonb,boole
 -- Publishes the rows of a captured table that exist, in key order, one
 -- chunk per transaction. A procedure, to commit between chunks: it has no
 -- SET clause (a procedure with one cannot commit) and runs no SQL but the
--- call of the chunk, whose statements name their schemas.
+-- call of the chunk, whose statements name their schemas. A chunk locks
+-- its rows in key order while the table's writers lock theirs in any
+-- order: a chunk chosen as a deadlock's victim is run again (at most 100
+-- times in a row), nothing of it having been written.
 CREATE OR REPLACE PROCEDURE tide.outbox_backfill(p_table regclass, p_outbox text, p_options jsonb DEFAULT '{}')
 LANGUAGE plpgsql
 AS $$
 DECLARE
-	done boolean;
+	done boolean := false;
 	first boolean := true;
+	retries int := 0;
 BEGIN
 	LOOP
-		done := tide._capture_backfill_chunk(p_table, p_outbox, p_options, first);
-		first := false;
+		BEGIN
+			done := tide._capture_backfill_chunk(p_table, p_outbox, p_options, first);
+			first := false;
+			retries := 0;
+		EXCEPTION WHEN deadlock_detected OR serialization_failure OR lock_not_available THEN
+			retries := retries OPERATOR(pg_catalog.+) 1;
+			IF retries OPERATOR(pg_catalog.>) 100 THEN
+				RAISE;
+			END IF;
+		END;
 		COMMIT;
 		EXIT WHEN done;
 	END LOOP;

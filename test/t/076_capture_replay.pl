@@ -1,9 +1,11 @@
-# Change capture under concurrent writers and a crash: sessions insert,
-# update and delete rows of a captured table in transactions of their own
-# (some rolled back, some waiting on each other's row locks), the server is
-# killed with SIGKILL in the middle and restarted, the writers go on; then
-# a consumer that polls the outbox and applies each message in id order
-# to an empty copy ends with exactly the table's rows. The messages of one
+# Change capture under concurrent writers, a backfill and a crash: a table
+# of 5,000 rows is captured; sessions insert, update and delete its rows in
+# transactions of their own (some rolled back, some waiting on each other's
+# row locks) while tide.outbox_backfill publishes the rows that existed;
+# the server is killed with SIGKILL in the middle of both and restarted,
+# the writers go on and the backfill resumes; then a consumer that polls
+# the outbox and applies each message in id order to an empty copy ends
+# with exactly the table's rows, and no row was read twice by the backfill. The messages of one
 # key are in the order of their commits, since a writer of a row waits for
 # the writer before it; a message of a rolled-back or crashed transaction
 # would put a row into the copy that the table does not have.
@@ -17,11 +19,12 @@ use lib "$FindBin::Bin/../perl";
 use PgTide::TestNode;
 use IPC::Run;
 
-my $node = tide_node('capture_replay', "max_connections = 40\nfsync = on");
+my $node = tide_node("capture_replay", "max_connections = 40\nfsync = on\nrestart_after_crash = on");
 $node->safe_psql('postgres', q{
 	SELECT tide.outbox_create('cdc', 24, 10000000);
 	SELECT tide.create_consumer_group('replay', 'cdc');
 	CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text, big text);
+	INSERT INTO items SELECT g, g, 'old', 'x' FROM generate_series(1, 5000) g;
 	SELECT tide.outbox_capture('items', 'cdc', '{"ignore": ["big"]}');
 	CREATE TABLE copy (LIKE items);
 	ALTER TABLE copy ADD PRIMARY KEY (id);
@@ -89,39 +92,74 @@ sub writers
 	return ($h, \$out, \$err);
 }
 
-# Writers, killed with the server after a few seconds.
-my ($h, $out, $err) = writers(30);
-my $before = 0;
-foreach my $i (1 .. 200)
+# The backfill, in chunks of 5 rows, in a session of its own.
+sub backfill
 {
-	$before = $node->safe_psql('postgres',
-		q{SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc'});
-	last if $before >= 300;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-h', $node->host, '-p', $node->port, '-d', 'postgres',
+		  '-c', q{CALL tide.outbox_backfill('items', 'cdc', '{"chunk_size": 5}')} ],
+		'>', \$out, '2>', \$err);
+	return ($h, \$err);
+}
+
+# Writers and the backfill, killed with the server after a few seconds.
+my ($h, $out, $err) = writers(30);
+my ($bh, $berr) = backfill();
+my ($before, $read_before) = (0, 0);
+foreach my $i (1 .. 300)
+{
+	($before, $read_before) = split /\|/, $node->safe_psql('postgres', q{
+		SELECT (SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc'),
+			   (SELECT coalesce(sum(rows_published), 0) FROM tide.outbox_backfills)});
+	last if $before >= 300 && $read_before >= 100;
 	select(undef, undef, undef, 0.1);
 }
 cmp_ok($before, '>=', 300, "the writers published $before messages before the crash");
-my ($pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-$node->kill9;
+cmp_ok($read_before, '>=', 100, "the backfill published $read_before rows before the crash");
+cmp_ok($read_before, '<', 5000, 'the backfill had not finished');
+# SIGKILL of the backfill's backend: the postmaster ends every session
+# and recovers the database from its WAL, as after a crash. (A SIGKILL of
+# the postmaster alone would let a busy backend finish its work.)
+my $backfill_pid = $node->safe_psql('postgres', q{
+	SELECT pid FROM pg_stat_activity WHERE query LIKE 'CALL tide.outbox_backfill%'});
+like($backfill_pid, qr/^\d+$/, 'the backfill runs in its session');
+kill 'KILL', $backfill_pid;
 $h->finish;
+$bh->finish;
 isnt($h->result(0), 0, 'the writers lost their server');
-# The killed postmaster's backends leave when they notice; until then the
-# shared memory is in use and a start fails.
+isnt($bh->result(0), 0, 'the backfill lost its server');
 my $started = 0;
 foreach my $i (1 .. 60)
 {
-	if (!kill(0, $pid) && $node->start(fail_ok => 1))
+	if (eval { $node->safe_psql('postgres', 'SELECT 1'); 1 })
 	{
 		$started = 1;
 		last;
 	}
 	sleep 1;
 }
-ok($started, 'the server started again after SIGKILL');
+ok($started, 'the server recovered from the crash');
 
-# The writers again, after the restart, to the end.
+# The writers again, after the restart, to the end, and the backfill
+# resumes after the last chunk that committed.
 ($h, $out, $err) = writers(4);
+($bh, $berr) = backfill();
 $h->finish;
+$bh->finish;
 is($h->result(0), 0, 'the writers ran after the restart') or diag($$err);
+is($bh->result(0), 0, 'the backfill resumed and finished') or diag($$berr);
+is($node->safe_psql('postgres', q{SELECT finished_at IS NOT NULL FROM tide.outbox_backfills}),
+	't', 'the backfill is recorded as finished');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (SELECT payload->'key' FROM tide.tide_outbox_messages
+		WHERE outbox_name = 'cdc' AND payload->>'op' = 'read' GROUP BY 1 HAVING count(*) > 1) d}),
+	'0', 'no row was read twice by the backfill across the crash');
+# Rows the writers never touch (61 and above) are each read exactly once.
+is($node->safe_psql('postgres', q{
+	SELECT count(DISTINCT payload->'key') FROM tide.tide_outbox_messages
+	 WHERE outbox_name = 'cdc' AND payload->>'op' = 'read' AND (payload->'key'->>'id')::int > 63}),
+	'4937', 'every untouched row was read once');
 
 # The consumer replays everything.
 my $applied = 0;
