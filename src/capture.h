@@ -49,8 +49,11 @@ extern char *CaptureOptionsText(const CaptureOptions *options);
 extern Jsonb *CapturePublish(Relation rel, const char *outbox, CaptureOptions *options,
 							 const char *op, Jsonb *new_row, Jsonb *old_row);
 
-/* capture_admin.c: the table, opened and checked as the rights say */
+/* capture_admin.c: the table argument, the table opened and checked as the rights say, SPI */
+extern Oid	CaptureTableArg(FunctionCallInfo fcinfo);
 extern Relation CaptureOpenTable(Oid relid, LOCKMODE lockmode);
+extern void CaptureRun(const char *sql, int nargs, Oid *types, Datum *args, const char *nulls,
+					   int expected);
 
 /* outbox.c: tide.outbox_publish's entry point, which the triggers call directly */
 extern PGDLLEXPORT Datum tide_outbox_publish(PG_FUNCTION_ARGS);

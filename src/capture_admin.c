@@ -164,14 +164,26 @@ check_when(const char *when)
 				 errhint("Write a condition over NEW and OLD, such as NEW.status <> 'draft'.")));
 }
 
-/* Runs one statement of a capture's DDL or catalog writes. */
-static void
-run(const char *sql, int nargs, Oid *types, Datum *args, int expected)
+/* Runs one statement of a capture's DDL or catalog writes; refuses another result than `expected`. */
+void
+CaptureRun(const char *sql, int nargs, Oid *types, Datum *args, const char *nulls, int expected)
 {
-	int			rc = SPI_execute_with_args(sql, nargs, types, args, NULL, false, 0);
+	int			rc = SPI_execute_with_args(sql, nargs, types, args, nulls, false, 0);
 
 	if (rc != expected)
 		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
+}
+
+/* The table argument (the first), which must not be null. */
+Oid
+CaptureTableArg(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("table must not be null"),
+				 errhint("Name the table, as in 'public.orders'.")));
+	return PG_GETARG_OID(0);
 }
 
 /*
@@ -200,7 +212,7 @@ create_trigger(const char *table, const char *outbox, const char *options_text,
 					   quote_literal_cstr(outbox), quote_literal_cstr(options_text));
 	PG_TRY();
 	{
-		run(sql, 0, NULL, NULL, SPI_OK_UTILITY);
+		CaptureRun(sql, 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	}
 	PG_CATCH();
 	{
@@ -237,12 +249,7 @@ tide_outbox_capture(PG_FUNCTION_ARGS)
 	Oid			types[4] = {REGCLASSOID, TEXTOID, JSONBOID, OIDOID};
 	Datum		args[4];
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("table must not be null"),
-				 errhint("Name the table to capture, as in 'public.orders'.")));
-	relid = PG_GETARG_OID(0);
+	relid = CaptureTableArg(fcinfo);
 	outbox = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	TideValidateName("outbox", outbox);
 	CaptureParseOptions(PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), &options);
@@ -265,7 +272,7 @@ tide_outbox_capture(PG_FUNCTION_ARGS)
 	SetUserIdAndSecContext(TideCatalogOwner(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	args[0] = ObjectIdGetDatum(relid);
 	args[1] = CStringGetTextDatum(outbox);
-	run("SELECT FROM tide.tide_outbox_config WHERE outbox_name = $2", 2, types, args, SPI_OK_SELECT);
+	CaptureRun("SELECT FROM tide.tide_outbox_config WHERE outbox_name = $2", 2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -276,9 +283,9 @@ tide_outbox_capture(PG_FUNCTION_ARGS)
 
 	args[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(options_text));
 	args[3] = ObjectIdGetDatum(userid);
-	run("INSERT INTO tide.outbox_captures (table_name, outbox_name, options, owner)"
+	CaptureRun("INSERT INTO tide.outbox_captures (table_name, outbox_name, options, owner)"
 		" VALUES ($1, $2, $3, $4::pg_catalog.regrole) ON CONFLICT DO NOTHING",
-		4, types, args, SPI_OK_INSERT);
+		4, types, args, NULL, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -312,12 +319,7 @@ tide_outbox_uncapture(PG_FUNCTION_ARGS)
 	List	   *outboxes = NIL;
 	ListCell   *lc;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("table must not be null"),
-				 errhint("Name the captured table, as in 'public.orders'.")));
-	relid = PG_GETARG_OID(0);
+	relid = CaptureTableArg(fcinfo);
 	if (!PG_ARGISNULL(1))
 	{
 		outbox = text_to_cstring(PG_GETARG_TEXT_PP(1));
@@ -356,8 +358,8 @@ tide_outbox_uncapture(PG_FUNCTION_ARGS)
 
 			/* only the operations captured have a trigger */
 			if (OidIsValid(get_trigger_oid(relid, name, true)))
-				run(psprintf("DROP TRIGGER %s ON %s", quote_identifier(name), table),
-					0, NULL, NULL, SPI_OK_UTILITY);
+				CaptureRun(psprintf("DROP TRIGGER %s ON %s", quote_identifier(name), table),
+					0, NULL, NULL, NULL, SPI_OK_UTILITY);
 		}
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec_context);

@@ -105,16 +105,6 @@ backfill_options(Jsonb *options, BackfillOptions *out)
 	}
 }
 
-/* Runs one statement with arguments; refuses a result code other than `expected`. */
-static void
-run(const char *sql, int nargs, Oid *types, Datum *args, const char *nulls, int expected)
-{
-	int			rc = SPI_execute_with_args(sql, nargs, types, args, nulls, false, 0);
-
-	if (rc != expected)
-		elog(ERROR, "could not run \"%s\": %s", sql, SPI_result_code_string(rc));
-}
-
 /*
  * The capture's options, read as the catalog's owner; refuses a table that
  * is not captured into the outbox.
@@ -125,7 +115,7 @@ capture_options(Relation rel, const char *outbox, CaptureOptions *options)
 	Oid			types[2] = {REGCLASSOID, TEXTOID};
 	Datum		args[2] = {ObjectIdGetDatum(RelationGetRelid(rel)), CStringGetTextDatum(outbox)};
 
-	run("SELECT options FROM tide.outbox_captures WHERE table_name = $1 AND outbox_name = $2",
+	CaptureRun("SELECT options FROM tide.outbox_captures WHERE table_name = $1 AND outbox_name = $2",
 		2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -219,12 +209,7 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 	uint64		rows;
 	Datum	   *found;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("table must not be null"),
-				 errhint("Name the captured table, as in 'public.orders'.")));
-	relid = PG_GETARG_OID(0);
+	relid = CaptureTableArg(fcinfo);
 	outbox = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	TideValidateName("outbox", outbox);
 	backfill_options(PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), &backfill);
@@ -240,12 +225,12 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 	args[0] = ObjectIdGetDatum(relid);
 	args[1] = CStringGetTextDatum(outbox);
 	if (first && backfill.restart)
-		run("DELETE FROM tide.outbox_backfills WHERE table_name = $1 AND outbox_name = $2",
+		CaptureRun("DELETE FROM tide.outbox_backfills WHERE table_name = $1 AND outbox_name = $2",
 			2, types, args, NULL, SPI_OK_DELETE);
 	if (first)
-		run("INSERT INTO tide.outbox_backfills (table_name, outbox_name) VALUES ($1, $2)"
+		CaptureRun("INSERT INTO tide.outbox_backfills (table_name, outbox_name) VALUES ($1, $2)"
 			" ON CONFLICT DO NOTHING", 2, types, args, NULL, SPI_OK_INSERT);
-	run("SELECT last_key, finished_at IS NOT NULL FROM tide.outbox_backfills"
+	CaptureRun("SELECT last_key, finished_at IS NOT NULL FROM tide.outbox_backfills"
 		" WHERE table_name = $1 AND outbox_name = $2 FOR UPDATE", 2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -267,7 +252,7 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 		args[2] = last ? JsonbPGetDatum(last) : (Datum) 0;
 		nulls[2] = last ? ' ' : 'n';
 		args[3] = Int32GetDatum(backfill.chunk_size);
-		run(chunk_sql(rel, options.key, last == NULL), 2, types + 2, args + 2, nulls + 2,
+		CaptureRun(chunk_sql(rel, options.key, last == NULL), 2, types + 2, args + 2, nulls + 2,
 			SPI_OK_SELECT);
 		rows = SPI_processed;
 		found = palloc(sizeof(Datum) * (rows + 1));
@@ -285,7 +270,7 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 		args[2] = last ? JsonbPGetDatum(last) : (Datum) 0;
 		nulls[2] = last ? ' ' : 'n';
 		args[3] = Int32GetDatum((int32) rows);
-		run(finished ?
+		CaptureRun(finished ?
 			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published + $4,"
 			" updated_at = now(), finished_at = now() WHERE table_name = $1 AND outbox_name = $2" :
 			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published + $4,"
