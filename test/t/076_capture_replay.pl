@@ -28,6 +28,11 @@ $node->safe_psql('postgres', q{
 	SELECT tide.outbox_capture('items', 'cdc', '{"ignore": ["big"]}');
 	CREATE TABLE copy (LIKE items);
 	ALTER TABLE copy ADD PRIMARY KEY (id);
+	-- A backfill's "read" of a row that an earlier message already gave
+	-- must show the row as those messages left it: a read older than
+	-- them (the row read before a change that committed before it) is
+	-- recorded here.
+	CREATE TABLE stale_reads (message_id bigint);
 	-- One poll of the consumer, each message applied in id order.
 	CREATE FUNCTION replay() RETURNS int LANGUAGE plpgsql AS $$
 	DECLARE
@@ -36,6 +41,11 @@ $node->safe_psql('postgres', q{
 		last_id bigint;
 	BEGIN
 		FOR m IN SELECT * FROM tide.poll_outbox('replay', 'r', 500) p ORDER BY p.id LOOP
+			IF m.payload->>'op' = 'read' THEN
+				INSERT INTO stale_reads SELECT m.id FROM copy c
+				 WHERE c.id = (m.payload->'key'->>'id')::int
+				   AND (c.v, c.note) IS DISTINCT FROM ((m.payload->'new'->>'v')::int, m.payload->'new'->>'note');
+			END IF;
 			IF m.payload->>'op' = 'delete' THEN
 				DELETE FROM copy WHERE id = (m.payload->'key'->>'id')::int;
 			ELSE
@@ -103,8 +113,15 @@ sub backfill
 	return ($h, \$err);
 }
 
-# Writers and the backfill, killed with the server after a few seconds.
+# Writers, then the backfill once they run, killed with the server after
+# a few seconds.
 my ($h, $out, $err) = writers(30);
+foreach my $i (1 .. 300)
+{
+	last if $node->safe_psql('postgres',
+		q{SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc'}) >= 50;
+	select(undef, undef, undef, 0.1);
+}
 my ($bh, $berr) = backfill();
 my ($before, $read_before) = (0, 0);
 foreach my $i (1 .. 300)
@@ -180,6 +197,8 @@ is($node->safe_psql('postgres', q{
 		(SELECT id, v, note FROM copy EXCEPT SELECT id, v, note FROM items)) d}),
 	'0', 'the replayed copy equals the table');
 cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM items'), '>', 0, 'the table has rows');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM stale_reads'), '0',
+	'every backfill read of a row shows it as the messages before it left it');
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM tide.tide_outbox_messages
 	 WHERE outbox_name = 'cdc' AND (payload->'new' ? 'big' OR payload->'old' ? 'big')}),
