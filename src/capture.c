@@ -29,6 +29,8 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -40,6 +42,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "capture.h"
 
@@ -54,6 +57,7 @@ typedef struct CaptureTrigger
 	MemoryContext context;		/* holds everything below */
 	CaptureOptions options;
 	FmgrInfo	to_jsonb;		/* to_jsonb() of the table's row type */
+	Oid			table;			/* the captured table: a partition's captured ancestor */
 } CaptureTrigger;
 
 static HTAB *capture_triggers = NULL;
@@ -66,6 +70,25 @@ trigger_args(Trigger *trigger, char **outbox, char **options)
 		elog(ERROR, "capture trigger \"%s\" must have two arguments", trigger->tgname);
 	*outbox = trigger->tgargs[0];
 	*options = trigger->tgargs[1];
+}
+
+/*
+ * The table whose capture the trigger belongs to: the table itself, or for
+ * a partition (whose trigger is a clone of its parent's, of the same name)
+ * the topmost ancestor that has the trigger, the one that was captured.
+ */
+static Oid
+captured_table(Trigger *trigger, Relation rel)
+{
+	Oid			table = RelationGetRelid(rel);
+	ListCell   *lc;
+
+	if (!rel->rd_rel->relispartition)
+		return table;
+	foreach(lc, get_partition_ancestors(table))
+		if (OidIsValid(get_trigger_oid(lfirst_oid(lc), trigger->tgname, true)))
+			table = lfirst_oid(lc);
+	return table;
 }
 
 /* What the backend keeps of the trigger, read again when its options changed. */
@@ -114,6 +137,7 @@ capture_trigger(Trigger *trigger, Relation rel)
 							InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
 		entry->to_jsonb.fn_expr = (Node *) call;
 		MemoryContextSwitchTo(old);
+		entry->table = captured_table(trigger, rel);
 		entry->context = context;
 	}
 	return entry;
@@ -192,7 +216,7 @@ push_jsonb(JsonbParseState **state, Jsonb *jsonb)
 
 /* The key columns' values of the row, as an object. */
 static Jsonb *
-key_jsonb(CaptureOptions *options, Relation rel, Jsonb *row)
+key_jsonb(CaptureOptions *options, Oid table, Jsonb *row)
 {
 	JsonbParseState *state = NULL;
 	ListCell   *lc;
@@ -209,7 +233,7 @@ key_jsonb(CaptureOptions *options, Relation rel, Jsonb *row)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("captured table \"%s\" has no key column \"%s\"",
-							RelationGetRelationName(rel), (char *) lfirst(lc)),
+							get_rel_name(table), (char *) lfirst(lc)),
 					 errhint("Capture the table again with tide.outbox_uncapture() and tide.outbox_capture() naming its key.")));
 		pushJsonbValue(&state, WJB_KEY, &name);
 		pushJsonbValue(&state, WJB_VALUE, value);
@@ -271,17 +295,16 @@ key_text(Jsonb *key)
 
 /* The event type: the "type" option, else the table's name, then the operation. */
 static char *
-event_type(CaptureOptions *options, Relation rel, const char *op)
+event_type(CaptureOptions *options, Oid table, const char *op)
 {
-	return psprintf("%s.%s", options->type ? options->type : RelationGetRelationName(rel), op);
+	return psprintf("%s.%s", options->type ? options->type : get_rel_name(table), op);
 }
 
 /* The table's schema-qualified name, as the payload's "table" gives it. */
 static char *
-table_name(Relation rel)
+table_name(Oid table)
 {
-	return psprintf("%s.%s", get_namespace_name(RelationGetNamespace(rel)),
-					RelationGetRelationName(rel));
+	return psprintf("%s.%s", get_namespace_name(get_rel_namespace(table)), get_rel_name(table));
 }
 
 /* The headers: the event type, and the key when there is one. */
@@ -302,15 +325,29 @@ headers_jsonb(const char *type, const char *key)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
+/* The owner of a table. */
+static Oid
+table_owner(Oid table)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", table);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
 /* Publishes the message as the table's owner, through tide.outbox_publish's entry point. */
 static void
-publish_as_owner(Relation rel, const char *outbox, Jsonb *payload, Jsonb *headers)
+publish_as_owner(Oid table, const char *outbox, Jsonb *payload, Jsonb *headers)
 {
 	Oid			save_userid;
 	int			save_sec_context;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(rel->rd_rel->relowner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(table_owner(table), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	DirectFunctionCall3(tide_outbox_publish, CStringGetTextDatum(outbox),
 						JsonbPGetDatum(payload), JsonbPGetDatum(headers));
 	SetUserIdAndSecContext(save_userid, save_sec_context);
@@ -322,10 +359,10 @@ publish_as_owner(Relation rel, const char *outbox, Jsonb *payload, Jsonb *header
  * Returns the key.
  */
 Jsonb *
-CapturePublish(Relation rel, const char *outbox, CaptureOptions *options, const char *op,
+CapturePublish(Oid table, const char *outbox, CaptureOptions *options, const char *op,
 			   Jsonb *new_row, Jsonb *old_row)
 {
-	Jsonb	   *key = key_jsonb(options, rel, new_row ? new_row : old_row);
+	Jsonb	   *key = key_jsonb(options, table, new_row ? new_row : old_row);
 	JsonbParseState *state = NULL;
 	JsonbValue	value;
 	Jsonb	   *payload;
@@ -334,7 +371,7 @@ CapturePublish(Relation rel, const char *outbox, CaptureOptions *options, const 
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "op"));
 	pushJsonbValue(&state, WJB_VALUE, string_value(&value, op));
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "table"));
-	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(rel)));
+	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(table)));
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "key"));
 	push_jsonb(&state, key);
 	if (new_row != NULL)
@@ -348,8 +385,8 @@ CapturePublish(Relation rel, const char *outbox, CaptureOptions *options, const 
 		push_row(&state, old_row, options->ignore);
 	}
 	payload = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
-	publish_as_owner(rel, outbox, payload,
-					 headers_jsonb(event_type(options, rel, op), key_text(key)));
+	publish_as_owner(table, outbox, payload,
+					 headers_jsonb(event_type(options, table, op), key_text(key)));
 	return key;
 }
 
@@ -400,7 +437,7 @@ tide_capture_row(PG_FUNCTION_ARGS)
 		new_row = row_jsonb(entry, rel, new_tuple);
 	if (old_tuple != NULL && (op == CAPTURE_DELETE || entry->options.old_row))
 		old_row = row_jsonb(entry, rel, old_tuple);
-	CapturePublish(rel, outbox, &entry->options, CaptureOpNames[op], new_row, old_row);
+	CapturePublish(entry->table, outbox, &entry->options, CaptureOpNames[op], new_row, old_row);
 	return PointerGetDatum(NULL);
 }
 
@@ -433,9 +470,9 @@ tide_capture_truncate(PG_FUNCTION_ARGS)
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "op"));
 	pushJsonbValue(&state, WJB_VALUE, string_value(&value, "truncate"));
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "table"));
-	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(rel)));
+	pushJsonbValue(&state, WJB_VALUE, string_value(&value, table_name(entry->table)));
 	payload = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
-	publish_as_owner(rel, outbox, payload,
-					 headers_jsonb(event_type(&entry->options, rel, "truncate"), NULL));
+	publish_as_owner(entry->table, outbox, payload,
+					 headers_jsonb(event_type(&entry->options, entry->table, "truncate"), NULL));
 	return PointerGetDatum(NULL);
 }

@@ -46,7 +46,7 @@ extern void CaptureParseOptions(Jsonb *options, CaptureOptions *out);
 extern char *CaptureOptionsText(const CaptureOptions *options);
 
 /* capture.c: one row's message, published as the table's owner; returns the key */
-extern Jsonb *CapturePublish(Relation rel, const char *outbox, CaptureOptions *options,
+extern Jsonb *CapturePublish(Oid table, const char *outbox, CaptureOptions *options,
 							 const char *op, Jsonb *new_row, Jsonb *old_row);
 
 /* capture_admin.c: the table argument, the table opened and checked as the rights say, SPI */

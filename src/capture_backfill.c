@@ -263,7 +263,7 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 			found[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
 		}
 		for (uint64 i = 0; i < rows; i++)
-			last = CapturePublish(rel, outbox, &options, "read", DatumGetJsonbP(found[i]), NULL);
+			last = CapturePublish(RelationGetRelid(rel), outbox, &options, "read", DatumGetJsonbP(found[i]), NULL);
 
 		SetUserIdAndSecContext(TideCatalogOwner(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 		finished = rows < (uint64) backfill.chunk_size;

@@ -84,6 +84,22 @@ INSERT INTO cap_lines VALUES (1, 2, 3);
 SELECT payload, headers FROM pg_temp.messages();
 SELECT pg_temp.clear();
 
+-- a partitioned table: its partitions' rows are published as the captured table's
+CREATE TABLE cap_parted (id int PRIMARY KEY, region text) PARTITION BY LIST (id);
+CREATE TABLE cap_parted_a PARTITION OF cap_parted FOR VALUES IN (1, 2);
+CREATE TABLE cap_parted_b PARTITION OF cap_parted FOR VALUES IN (3, 4);
+SELECT tide.outbox_capture('cap_parted', 'cap', '{"truncate": "publish"}');
+INSERT INTO cap_parted VALUES (1, 'a'), (3, 'b');
+UPDATE cap_parted SET region = 'a2' WHERE id = 1;
+UPDATE cap_parted SET id = 4 WHERE id = 1;
+TRUNCATE cap_parted;
+SELECT payload, headers FROM pg_temp.messages();
+SELECT tide.outbox_uncapture('cap_parted');
+SELECT count(*) AS triggers_left FROM pg_trigger
+ WHERE tgrelid IN ('cap_parted'::regclass, 'cap_parted_a'::regclass, 'cap_parted_b'::regclass);
+DROP TABLE cap_parted;
+SELECT pg_temp.clear();
+
 -- bad input: 22023 and nothing written
 CREATE TABLE cap_bad (id int PRIMARY KEY, v text);
 SELECT pg_temp.try($$SELECT tide.outbox_capture('cap_bad', 'cap', '[]')$$);
