@@ -214,6 +214,16 @@ push_jsonb(JsonbParseState **state, Jsonb *jsonb)
 	pushJsonbValue(state, WJB_VALUE, &value);
 }
 
+/* Raises the error of a key column that the captured table no longer has (renamed). */
+void
+CaptureRefuseMissingKey(const char *table, const char *column)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("captured table \"%s\" has no key column \"%s\"", table, column),
+			 errhint("Capture the table again with tide.outbox_uncapture() and tide.outbox_capture() naming its key.")));
+}
+
 /* The key columns' values of the row, as an object. */
 static Jsonb *
 key_jsonb(CaptureOptions *options, Oid table, Jsonb *row)
@@ -230,11 +240,7 @@ key_jsonb(CaptureOptions *options, Oid table, Jsonb *row)
 		string_value(&name, lfirst(lc));
 		value = findJsonbValueFromContainer(&row->root, JB_FOBJECT, &name);
 		if (value == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("captured table \"%s\" has no key column \"%s\"",
-							get_rel_name(table), (char *) lfirst(lc)),
-					 errhint("Capture the table again with tide.outbox_uncapture() and tide.outbox_capture() naming its key.")));
+			CaptureRefuseMissingKey(get_rel_name(table), lfirst(lc));
 		pushJsonbValue(&state, WJB_KEY, &name);
 		pushJsonbValue(&state, WJB_VALUE, value);
 	}

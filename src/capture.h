@@ -49,6 +49,8 @@ extern char *CaptureOptionsText(const CaptureOptions *options);
 extern Jsonb *CapturePublish(Oid table, const char *outbox, CaptureOptions *options,
 							 const char *op, Jsonb *new_row, Jsonb *old_row);
 
+extern void CaptureRefuseMissingKey(const char *table, const char *column) pg_attribute_noreturn();
+
 /* capture_admin.c: the table argument, the table opened and checked as the rights say, SPI */
 extern Oid	CaptureTableArg(FunctionCallInfo fcinfo);
 extern Relation CaptureOpenTable(Oid relid, LOCKMODE lockmode);

@@ -137,11 +137,7 @@ require_not_null_key(Relation rel, List *key)
 		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), lfirst(lc));
 
 		if (attnum == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("captured table \"%s\" has no key column \"%s\"",
-							RelationGetRelationName(rel), (char *) lfirst(lc)),
-					 errhint("Capture the table again with tide.outbox_uncapture() and tide.outbox_capture() naming its key.")));
+			CaptureRefuseMissingKey(RelationGetRelationName(rel), lfirst(lc));
 		if (!TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attnotnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

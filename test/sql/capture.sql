@@ -100,6 +100,14 @@ SELECT count(*) AS triggers_left FROM pg_trigger
 DROP TABLE cap_parted;
 SELECT pg_temp.clear();
 
+-- a key column renamed: the writes fail, nothing is lost, until the table is captured again
+CREATE TABLE cap_renamed (id int PRIMARY KEY);
+SELECT tide.outbox_capture('cap_renamed', 'cap');
+ALTER TABLE cap_renamed RENAME COLUMN id TO ident;
+SELECT pg_temp.try($$INSERT INTO cap_renamed VALUES (1)$$);
+SELECT count(*) AS rows FROM cap_renamed;
+DROP TABLE cap_renamed;
+
 -- bad input: 22023 and nothing written
 CREATE TABLE cap_bad (id int PRIMARY KEY, v text);
 SELECT pg_temp.try($$SELECT tide.outbox_capture('cap_bad', 'cap', '[]')$$);
