@@ -57,6 +57,7 @@ typedef struct CaptureTrigger
 	MemoryContext context;		/* holds everything below */
 	CaptureOptions options;
 	FmgrInfo	to_jsonb;		/* to_jsonb() of the table's row type */
+	Oid			relid;			/* the table the trigger is on */
 	Oid			table;			/* the captured table: a partition's captured ancestor */
 } CaptureTrigger;
 
@@ -91,7 +92,10 @@ captured_table(Trigger *trigger, Relation rel)
 	return table;
 }
 
-/* What the backend keeps of the trigger, read again when its options changed. */
+/*
+ * What the backend keeps of the trigger, read again when its options
+ * changed (or its oid now names a trigger of another table).
+ */
 static CaptureTrigger *
 capture_trigger(Trigger *trigger, Relation rel)
 {
@@ -116,7 +120,7 @@ capture_trigger(Trigger *trigger, Relation rel)
 	entry = hash_search(capture_triggers, &trigger->tgoid, HASH_ENTER, &found);
 	if (found && entry->context != NULL)
 	{
-		if (strcmp(entry->args, args) == 0)
+		if (strcmp(entry->args, args) == 0 && entry->relid == RelationGetRelid(rel))
 			return entry;
 		MemoryContextDelete(entry->context);
 	}
@@ -137,6 +141,7 @@ capture_trigger(Trigger *trigger, Relation rel)
 							InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
 		entry->to_jsonb.fn_expr = (Node *) call;
 		MemoryContextSwitchTo(old);
+		entry->relid = RelationGetRelid(rel);
 		entry->table = captured_table(trigger, rel);
 		entry->context = context;
 	}
