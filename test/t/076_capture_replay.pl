@@ -5,7 +5,8 @@
 # the server is killed with SIGKILL in the middle of both and restarted,
 # the writers go on and the backfill resumes; then a consumer that polls
 # the outbox and applies each message in id order to an empty copy ends
-# with exactly the table's rows, and no row was read twice by the backfill. The messages of one
+# with exactly the table's rows, and no row was read twice by the backfill.
+# Last, pg_dump and a restore keep the capture and the backfill's progress. The messages of one
 # key are in the order of their commits, since a writer of a row waits for
 # the writer before it; a message of a rolled-back or crashed transaction
 # would put a row into the copy that the table does not have.
@@ -207,6 +208,26 @@ is($node->safe_psql('postgres', q{
 # ignore_changes_of holds it back.
 $node->safe_psql('postgres', q{UPDATE items SET big = 'z' WHERE id = (SELECT min(id) FROM items)});
 is($node->safe_psql('postgres', 'SELECT replay()'), '1', 'an update of the ignored column alone is published');
+
+# pg_dump keeps the capture: its triggers with the table (created after
+# the rows are loaded, so the restore publishes nothing), its row and the
+# backfill's progress with the extension's data.
+my $dump = PostgreSQL::Test::Utils::tempdir . '/capture.sql';
+$node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $dump ], 'pg_dump');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('restored'), '-f', $dump ],
+	'restore');
+my $state = q{
+	SELECT (SELECT string_agg(table_name::text || ':' || outbox_name || ':' || options::text, ',') FROM tide.outbox_captures),
+		   (SELECT string_agg(last_key::text || ':' || rows_published || ':' || (finished_at IS NOT NULL), ',') FROM tide.outbox_backfills),
+		   (SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'cdc')};
+is($node->safe_psql('restored', $state), $node->safe_psql('postgres', $state),
+	'the capture, the backfill\'s progress and the messages are restored');
+is($node->safe_psql('restored', q{
+	INSERT INTO items VALUES (9999, 1);
+	SELECT payload->>'op' || ':' || (payload->'key'->>'id') FROM tide.tide_outbox_messages
+	 WHERE outbox_name = 'cdc' ORDER BY id DESC LIMIT 1}),
+	'insert:9999', 'the restored table is captured');
 
 $node->stop;
 done_testing();
