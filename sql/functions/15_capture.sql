@@ -118,3 +118,27 @@ COMMENT ON PROCEDURE tide.outbox_backfill(regclass, text, jsonb)
 	IS 'publishes the existing rows of a captured table in key order, committing per chunk; resumes after a crash';
 REVOKE ALL ON PROCEDURE tide.outbox_backfill(regclass,text,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON PROCEDURE tide.outbox_backfill(regclass,text,jsonb) TO tide_admin, tide_publisher;
+
+-- Refuses to delete an outbox (tide.outbox_drop) into which a table is
+-- captured: its triggers would fail every write of the table.
+CREATE OR REPLACE FUNCTION tide._capture_outbox_deleted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	captured text;
+BEGIN
+	SELECT string_agg(c.table_name::text, ', ' ORDER BY c.table_name::text) INTO captured
+	  FROM tide.outbox_captures c WHERE c.outbox_name = OLD.outbox_name;
+	IF captured IS NOT NULL THEN
+		RAISE EXCEPTION 'cannot drop outbox "%": tables are captured into it', OLD.outbox_name
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  DETAIL = format('Captured: %s.', captured),
+				  HINT = 'End the captures with tide.outbox_uncapture() first.';
+	END IF;
+	RETURN OLD;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION tide._capture_outbox_deleted() FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._capture_outbox_deleted() TO tide_admin;
