@@ -475,7 +475,7 @@ tide_capture_truncate(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cannot truncate table \"%s\": its changes are captured into outbox \"%s\"",
 						RelationGetRelationName(rel), outbox),
-				 errhint("Delete the rows instead, capture with \"truncate\": \"publish\", or end the capture with tide.outbox_uncapture().")));
+				 errhint("Remove the rows with DELETE instead, capture with \"truncate\": \"publish\", or end the capture with tide.outbox_uncapture().")));
 
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	pushJsonbValue(&state, WJB_KEY, string_value(&value, "op"));

@@ -272,7 +272,7 @@ tide_outbox_capture(PG_FUNCTION_ARGS)
 	SetUserIdAndSecContext(TideCatalogOwner(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	args[0] = ObjectIdGetDatum(relid);
 	args[1] = CStringGetTextDatum(outbox);
-	CaptureRun("SELECT FROM tide.tide_outbox_config WHERE outbox_name = $2", 2, types, args, NULL, SPI_OK_SELECT);
+	CaptureRun("SELECT FROM tide.tide_outbox_config WHERE outbox_name OPERATOR(pg_catalog.=) $2", 2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -337,7 +337,8 @@ tide_outbox_uncapture(PG_FUNCTION_ARGS)
 	if (outbox == NULL)
 		nulls[1] = 'n';
 	if (SPI_execute_with_args("DELETE FROM tide.outbox_captures"
-							  " WHERE table_name = $1 AND ($2 IS NULL OR outbox_name = $2)"
+							  " WHERE table_name OPERATOR(pg_catalog.=) $1"
+							  " AND ($2 IS NULL OR outbox_name OPERATOR(pg_catalog.=) $2)"
 							  " RETURNING outbox_name",
 							  2, types, args, nulls, false, 0) != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete the captures of table \"%s\"", RelationGetRelationName(rel));

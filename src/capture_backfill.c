@@ -115,7 +115,7 @@ capture_options(Relation rel, const char *outbox, CaptureOptions *options)
 	Oid			types[2] = {REGCLASSOID, TEXTOID};
 	Datum		args[2] = {ObjectIdGetDatum(RelationGetRelid(rel)), CStringGetTextDatum(outbox)};
 
-	CaptureRun("SELECT options FROM tide.outbox_captures WHERE table_name = $1 AND outbox_name = $2",
+	CaptureRun("SELECT options FROM tide.outbox_captures WHERE table_name OPERATOR(pg_catalog.=) $1 AND outbox_name OPERATOR(pg_catalog.=) $2",
 		2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -174,9 +174,10 @@ chunk_sql(Relation rel, List *key, bool first)
 		appendStringInfo(&after, "%s(SELECT k.%s FROM pg_catalog.jsonb_populate_record(NULL::%s, $1) k)",
 						 comma, column, table);
 	}
-	return psprintf("SELECT pg_catalog.to_jsonb(t) FROM %s t%s ORDER BY %s LIMIT $2 FOR SHARE OF t",
+	return psprintf("SELECT pg_catalog.to_jsonb(t) FROM %s t WHERE %s ORDER BY %s LIMIT $2 FOR SHARE OF t",
 					table,
-					first ? "" : psprintf(" WHERE ROW(%s) > ROW(%s)", columns.data, after.data),
+					first ? "true" :
+					psprintf("ROW(%s) OPERATOR(pg_catalog.>) ROW(%s)", columns.data, after.data),
 					columns.data);
 }
 
@@ -221,13 +222,13 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 	args[0] = ObjectIdGetDatum(relid);
 	args[1] = CStringGetTextDatum(outbox);
 	if (first && backfill.restart)
-		CaptureRun("DELETE FROM tide.outbox_backfills WHERE table_name = $1 AND outbox_name = $2",
+		CaptureRun("DELETE FROM tide.outbox_backfills WHERE table_name OPERATOR(pg_catalog.=) $1 AND outbox_name OPERATOR(pg_catalog.=) $2",
 			2, types, args, NULL, SPI_OK_DELETE);
 	if (first)
 		CaptureRun("INSERT INTO tide.outbox_backfills (table_name, outbox_name) VALUES ($1, $2)"
 			" ON CONFLICT DO NOTHING", 2, types, args, NULL, SPI_OK_INSERT);
 	CaptureRun("SELECT last_key, finished_at IS NOT NULL FROM tide.outbox_backfills"
-		" WHERE table_name = $1 AND outbox_name = $2 FOR UPDATE", 2, types, args, NULL, SPI_OK_SELECT);
+		" WHERE table_name OPERATOR(pg_catalog.=) $1 AND outbox_name OPERATOR(pg_catalog.=) $2 FOR UPDATE", 2, types, args, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -267,10 +268,10 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 		nulls[2] = last ? ' ' : 'n';
 		args[3] = Int32GetDatum((int32) rows);
 		CaptureRun(finished ?
-			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published + $4,"
-			" updated_at = now(), finished_at = now() WHERE table_name = $1 AND outbox_name = $2" :
-			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published + $4,"
-			" updated_at = now() WHERE table_name = $1 AND outbox_name = $2",
+			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published OPERATOR(pg_catalog.+) $4,"
+			" updated_at = pg_catalog.now(), finished_at = pg_catalog.now() WHERE table_name OPERATOR(pg_catalog.=) $1 AND outbox_name OPERATOR(pg_catalog.=) $2" :
+			"UPDATE tide.outbox_backfills SET last_key = $3, rows_published = rows_published OPERATOR(pg_catalog.+) $4,"
+			" updated_at = pg_catalog.now() WHERE table_name OPERATOR(pg_catalog.=) $1 AND outbox_name OPERATOR(pg_catalog.=) $2",
 			4, types, args, nulls, SPI_OK_UPDATE);
 	}
 	SPI_finish();
