@@ -17,6 +17,10 @@ OBJS = \
 	src/outbox_rights.o \
 	src/consumer.o \
 	src/commit.o \
+	src/capture.o \
+	src/capture_options.o \
+	src/capture_admin.o \
+	src/capture_backfill.o \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \

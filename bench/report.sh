@@ -177,6 +177,10 @@ publish_rows() {
 	target_row "outbox to a local inbox / plain INSERT ... SELECT in batches of the same size" ">=" 0.5 "%.3f" \
 		"$(ratio inbox_sink.sh inbox_sink relay inbox_sink plain)"
 	target_row "outbox to a local inbox, msg/s" ">=" 20000 "%.0f" "$(stat inbox_sink.sh inbox_sink relay)"
+	target_row "change capture, UPDATE-heavy: captured table / a PL/pgSQL trigger calling outbox_publish" ">=" 0.8 "%.3f" \
+		"$(ratio capture.sh updates_per_s capture updates_per_s plpgsql)"
+	target_row "change capture, UPDATE-heavy: captured table / PgQ's jsontriga" ">=" 1 "%.3f" \
+		"$(ratio capture.sh updates_per_s capture updates_per_s pgq)"
 	echo
 	echo "\"Flat\" catch-up is read as: the rate with 1,000,000 messages waiting is at least 0.9 of the"
 	echo "rate with 100,000 waiting."

@@ -31,7 +31,8 @@ GRANT SELECT ON tide.consumer_lag, tide.relay_pipeline_lag, tide.relay_pipeline_
 	tide.tide_outbox_config, tide.tide_consumer_groups, tide.tide_consumer_offsets,
 	tide.tide_consumer_leases, tide.tide_inbox_config, tide.relay_consumer_offsets,
 	tide.relay_pipeline_health, tide.outbox_publish_grants, tide.outbox_consume_grants,
-	tide.inbox_handler_status, tide.relay_inbox_handlers, tide.relay_inbox_handler_health TO tide_reader;
+	tide.inbox_handler_status, tide.relay_inbox_handlers, tide.relay_inbox_handler_health,
+	tide.outbox_captures, tide.outbox_backfills TO tide_reader;
 -- tide_consumer: inbox_status shows an inbox's handler.
 GRANT SELECT ON tide.relay_inbox_handlers, tide.relay_inbox_handler_health TO tide_consumer;
 -- tide_consumer: the lag of the groups it may consume from (the view

@@ -28,3 +28,11 @@ CREATE TRIGGER relay_inbox_handlers_notify
 CREATE TRIGGER relay_inbox_handlers_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_inbox_handlers
 	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
+
+-- Change capture (sql/install_post/04_capture.sql).
+CREATE EVENT TRIGGER tide_capture_dropped ON sql_drop
+	EXECUTE FUNCTION tide._capture_dropped();
+
+CREATE TRIGGER tide_outbox_config_captured
+	BEFORE DELETE ON tide.tide_outbox_config
+	FOR EACH ROW EXECUTE FUNCTION tide._capture_outbox_deleted();
