@@ -6,6 +6,11 @@
 -- relay is off in this cluster); TAP 011 has the worker write them.
 \set VERBOSITY default
 \i test/sql/include/try.sql
+-- dead letters' ids depend on the tests run before in the same database:
+-- the errors show them as N
+ALTER FUNCTION pg_temp.try(text) RENAME TO try_with_ids;
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE sql
+	AS $$SELECT regexp_replace(pg_temp.try_with_ids(q), 'dead letter [0-9]+', 'dead letter N', 'g')$$;
 
 SELECT tide.outbox_create('dl_orders');
 SELECT tide.relay_set_outbox('dl_hook', 'dl_orders', 'dl_group',

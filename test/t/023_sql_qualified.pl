@@ -65,8 +65,9 @@ my ($good_rc, $good_out) = check(1, good =>
 is($good_rc, 0, 'the checker passes a fully qualified statement') or diag($good_out);
 
 # The SQL statements of one source file: its string literals, joined as
-# the compiler joins adjacent ones, that begin with a statement keyword
-# followed by more (a literal of one word, such as "update", is a name).
+# the compiler joins adjacent ones, that begin with a statement keyword in
+# capitals, as the project writes them, followed by more (a literal of one
+# word, such as "update", is a name; a message beginning "With ..." is not SQL).
 sub statements_of
 {
 	my ($file) = @_;
@@ -94,7 +95,7 @@ sub statements_of
 		}
 		else
 		{
-			push @stmts, $run if defined $run && $run =~ /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b\s*\S/i;
+			push @stmts, $run if defined $run && $run =~ /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b\s*\S/;
 			undef $run;
 		}
 	}
