@@ -1,0 +1,12 @@
+/*
+ * idempotency.h
+ *		Publish-side idempotency keys (src/idempotency.c).
+ */
+#ifndef TIDE_IDEMPOTENCY_H
+#define TIDE_IDEMPOTENCY_H
+
+extern void IdempotencyCheckKey(const char *key, int index);
+extern bool IdempotencyClaim(const char *outbox, const char *key, int64 *first_id);
+extern void IdempotencyRecord(const char *outbox, const char *key, int64 id);
+
+#endif
