@@ -43,7 +43,7 @@
 /* The id a taken key recorded (NULL: claimed by this very call) and whether it is within the window. */
 #define LOOKUP_SQL \
 	"SELECT k.message_id, k.created_at OPERATOR(pg_catalog.>=)" \
-	"       pg_catalog.now() OPERATOR(pg_catalog.-) c.idempotency_window" \
+	"       (pg_catalog.now() OPERATOR(pg_catalog.-) c.idempotency_window)" \
 	"  FROM tide.outbox_idempotency_keys k, tide.tide_outbox_config c" \
 	" WHERE c.outbox_name OPERATOR(pg_catalog.=) k.outbox_name" \
 	"   AND k.outbox_name OPERATOR(pg_catalog.=) $1 AND k.idempotency_key OPERATOR(pg_catalog.=) $2"
@@ -54,7 +54,7 @@
 	"  FROM tide.tide_outbox_config c" \
 	" WHERE c.outbox_name OPERATOR(pg_catalog.=) k.outbox_name" \
 	"   AND k.outbox_name OPERATOR(pg_catalog.=) $1 AND k.idempotency_key OPERATOR(pg_catalog.=) $2" \
-	"   AND k.created_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) c.idempotency_window"
+	"   AND k.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) c.idempotency_window)"
 
 /* Records the id of the message the claim published. */
 #define RECORD_SQL \
