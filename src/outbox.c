@@ -400,7 +400,8 @@ batch_keys_arg(FunctionCallInfo fcinfo, int argno, int count)
 	int			nkeys;
 	char	  **keys = palloc0(sizeof(char *) * Max(count, 1));
 
-	if (PG_ARGISNULL(argno))
+	/* A 0.1.0 catalog's function has no keys argument. */
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
 	array = PG_GETARG_ARRAYTYPE_P(argno);
 	if (ARR_NDIM(array) > 1)
@@ -485,7 +486,8 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	require_object(payload, "payload");
 	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
 	headers = headers_arg(fcinfo, 2);
-	if (!PG_ARGISNULL(3))
+	/* A 0.1.0 catalog's function has no key argument. */
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
 	{
 		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
 		IdempotencyCheckKey(key, 0);
