@@ -6,13 +6,15 @@
  * A publish that gives a key runs, inside the caller's transaction and
  * before it takes an id:
  *
- * 1. Claim: an INSERT of (outbox, key) into outbox_idempotency_keys, ON
- *	  CONFLICT DO NOTHING. Its primary key makes a concurrent publish of the
- *	  same key wait for the outcome of the transaction that inserted it
- *	  first (prepared or not): if that one rolled back, the claim inserts;
- *	  if it committed, the claim inserts nothing. A claim that inserted
- *	  publishes, then records the message's id in the row (a HOT update:
- *	  message_id is not indexed).
+ * 1. Claim: an INSERT of (outbox, key, the message's id) into
+ *	  outbox_idempotency_keys, ON CONFLICT DO NOTHING. Its primary key makes
+ *	  a concurrent publish of the same key wait for the outcome of the
+ *	  transaction that inserted it first: if that one rolled back, the
+ *	  claim inserts; if it committed, the claim inserts nothing. A claim
+ *	  that inserted publishes. A single publish claims with the id it has
+ *	  taken; a batch claims every key before it knows which payloads go in,
+ *	  so it records their ids afterwards (a HOT update: message_id is not
+ *	  indexed).
  * 2. Lookup, when the key is taken: a key within the outbox's
  *	  idempotency_window answers with the id it recorded, and nothing is
  *	  written. A key older than the window is taken over (its row renewed),
@@ -35,10 +37,10 @@
 /* Longest idempotency key, in bytes. */
 #define MAX_KEY_BYTES 255
 
-/* Claims the key for this transaction; nothing when it is taken. */
+/* Claims the key for this transaction with the id $3; nothing when it is taken. */
 #define CLAIM_SQL \
-	"INSERT INTO tide.outbox_idempotency_keys (outbox_name, idempotency_key) VALUES ($1, $2)" \
-	" ON CONFLICT DO NOTHING"
+	"INSERT INTO tide.outbox_idempotency_keys (outbox_name, idempotency_key, message_id)" \
+	" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
 
 /* The id a taken key recorded (NULL: claimed by this very call) and whether it is within the window. */
 #define LOOKUP_SQL \
@@ -50,7 +52,7 @@
 
 /* Takes over a key older than the window; nothing when another publish renewed it meanwhile. */
 #define RENEW_SQL \
-	"UPDATE tide.outbox_idempotency_keys k SET message_id = NULL, created_at = pg_catalog.now()" \
+	"UPDATE tide.outbox_idempotency_keys k SET message_id = $3, created_at = pg_catalog.now()" \
 	"  FROM tide.tide_outbox_config c" \
 	" WHERE c.outbox_name OPERATOR(pg_catalog.=) k.outbox_name" \
 	"   AND k.outbox_name OPERATOR(pg_catalog.=) $1 AND k.idempotency_key OPERATOR(pg_catalog.=) $2" \
@@ -88,28 +90,34 @@ IdempotencyCheckKey(const char *key, int index)
 						 MAX_KEY_BYTES, strlen(key))));
 }
 
-/* Runs one of the statements above on (outbox, key); returns the rows it processed. */
+/*
+ * Runs one of the statements above on (outbox, key, id: NULL when 0);
+ * returns the rows it processed.
+ */
 static uint64
-run_on_key(SPIPlanPtr *plan, const char *sql, const char *outbox, const char *key)
+run_on_key(SPIPlanPtr *plan, const char *sql, const char *outbox, const char *key, int64 id)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2];
+	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
+	Datum		args[3];
+	char		nulls[3] = {' ', ' ', id == 0 ? 'n' : ' '};
 
 	args[0] = CStringGetTextDatum(outbox);
 	args[1] = CStringGetTextDatum(key);
-	if (SPI_execute_plan(TidePlan(plan, sql, 2, types), args, NULL, false, 0) < 0)
+	args[2] = Int64GetDatum(id);
+	if (SPI_execute_plan(TidePlan(plan, sql, 3, types), args, nulls, false, 0) < 0)
 		elog(ERROR, "could not look up idempotency key in outbox \"%s\"", outbox);
 	return SPI_processed;
 }
 
 /*
- * Whether this publish may go ahead under the key (it claimed it; record
- * the id with IdempotencyRecord). When not, *first_id is the id of the
- * message published with the key within the window, or 0 when an earlier
- * element of this very batch claimed it. Runs connected to SPI.
+ * Whether this publish may go ahead under the key: it claimed it for the
+ * message `id` (0: not known yet; record it with IdempotencyRecord). When
+ * not, *first_id is the id of the message published with the key within
+ * the window, or 0 when an earlier element of this very batch claimed it.
+ * Runs connected to SPI.
  */
 bool
-IdempotencyClaim(const char *outbox, const char *key, int64 *first_id)
+IdempotencyClaim(const char *outbox, const char *key, int64 id, int64 *first_id)
 {
 	/*
 	 * Each pass ends unless a row found taken is gone (the sweep deleted it)
@@ -119,21 +127,23 @@ IdempotencyClaim(const char *outbox, const char *key, int64 *first_id)
 	{
 		bool		isnull;
 		bool		within;
+		int64		found;
 
-		if (run_on_key(&claim_plan, CLAIM_SQL, outbox, key) == 1)
+		if (run_on_key(&claim_plan, CLAIM_SQL, outbox, key, id) == 1)
 			return true;
-		if (run_on_key(&lookup_plan, LOOKUP_SQL, outbox, key) == 0)
+		if (run_on_key(&lookup_plan, LOOKUP_SQL, outbox, key, 0) == 0)
 		{
-			/* Gone since the claim, or the outbox is: the publish decides. */
+			/* Deleted by the sweep since the claim: claim again. */
 			continue;
 		}
 		within = TideSpiBool(2);
-		*first_id = TideSpiInt64(1, &isnull);
-		if (isnull)
-			*first_id = 0;
+		found = TideSpiInt64(1, &isnull);
 		if (within)
+		{
+			*first_id = isnull ? 0 : found;
 			return false;
-		if (run_on_key(&renew_plan, RENEW_SQL, outbox, key) == 1)
+		}
+		if (run_on_key(&renew_plan, RENEW_SQL, outbox, key, id) == 1)
 			return true;
 	}
 	ereport(ERROR,

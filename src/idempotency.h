@@ -6,7 +6,7 @@
 #define TIDE_IDEMPOTENCY_H
 
 extern void IdempotencyCheckKey(const char *key, int index);
-extern bool IdempotencyClaim(const char *outbox, const char *key, int64 *first_id);
+extern bool IdempotencyClaim(const char *outbox, const char *key, int64 id, int64 *first_id);
 extern void IdempotencyRecord(const char *outbox, const char *key, int64 id);
 
 #endif

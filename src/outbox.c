@@ -287,10 +287,13 @@ admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, 
 /*
  * Inserts `n` messages into the outbox, admitted by the fast path or else
  * by the slow path (see the top of the file). `payload` is one jsonb, or a
- * jsonb[] of n for a batch. Returns their ids.
+ * jsonb[] of n for a batch. Returns their ids. With an idempotency `key`
+ * (one message), the message goes in only if it claims the key; otherwise
+ * the id returned is the one the key published (src/idempotency.c).
  */
 static int64 *
-insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers)
+insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers,
+				const char *key)
 {
 	Datum		args[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
@@ -325,6 +328,8 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 		position = admit_and_remember(name, n);
 		admitted = true;
 	}
+	if (key != NULL && !IdempotencyClaim(name, key, ids[0], &ids[0]))
+		return ids;
 
 	args[0] = CStringGetTextDatum(name);
 	args[1] = payload;
@@ -444,7 +449,7 @@ publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Json
 	{
 		int64		first_id;
 
-		if (keys[i] != NULL && !IdempotencyClaim(name, keys[i], &first_id))
+		if (keys[i] != NULL && !IdempotencyClaim(name, keys[i], 0, &first_id))
 			continue;
 		kept_index[nkept] = i;
 		kept[nkept++] = elems[i];
@@ -453,7 +458,7 @@ publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Json
 		return 0;
 	ids = insert_messages(name, PointerGetDatum(construct_array(kept, nkept, JSONBOID, -1, false,
 																 TYPALIGN_INT)),
-						  true, nkept, headers);
+						  true, nkept, headers, NULL);
 	for (int i = 0; i < nkept; i++)
 		if (keys[kept_index[i]] != NULL)
 			IdempotencyRecord(name, keys[kept_index[i]], ids[i]);
@@ -494,12 +499,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	}
 
 	publish_begin(name, &save_userid, &save_sec_context);
-	if (key == NULL || IdempotencyClaim(name, key, &id))
-	{
-		id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers)[0];
-		if (key != NULL)
-			IdempotencyRecord(name, key, id);
-	}
+	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key)[0];
 	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
@@ -573,7 +573,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	if (keys != NULL)
 		count = publish_keyed_batch(name, elems, count, keys, headers);
 	if (keys == NULL && count > 0)
-		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
+		insert_messages(name, PointerGetDatum(payloads), true, count, headers, NULL);
 	else if (count == 0)
 	{
 		int64		span;
