@@ -21,7 +21,8 @@
 #   SIDES     what runs (default "plain tide tide_granted pgq"); tide_granted
 #             is pg_tide published by a login role that holds tide_publisher
 #             and a grant on the outbox, not by a superuser: the cost of the
-#             publishing-rights check
+#             publishing-rights check; tide_keyed (not run unless named)
+#             is pg_tide with an idempotency key per message
 # With the defaults it runs for about 9 minutes.
 set -euo pipefail
 
@@ -92,7 +93,7 @@ SQL
 
 # One transaction of each script, to check that they run and that every
 # side writes the same payloads and headers.
-for script in plain_single tide_single pgq_single plain_batch tide_batch pgq_batch; do
+for script in plain_single tide_single tide_keyed_single pgq_single plain_batch tide_batch tide_keyed_batch pgq_batch; do
 	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
 done
 # pg_tide's child tables (the relay worker, off here, would make them):
@@ -118,14 +119,15 @@ SQL
 # and TOAST; pg_tide's parent table and its children).
 side_rows() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
+	tide | tide_granted | tide_keyed) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
 	plain) psql_db -A -t -c "SELECT count(*) FROM bench.plain_messages" ;;
 	pgq) psql_db -A -t -c "SELECT count(*) FROM $(pgq_table)" ;;
 	esac
 }
 side_bytes() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+	tide | tide_granted | tide_keyed) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+		+ pg_total_relation_size('tide.outbox_idempotency_keys')
 		+ coalesce((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
 		 WHERE inhparent = 'tide.tide_outbox_messages'::regclass), 0)" ;;
 	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
@@ -139,7 +141,7 @@ pgq_table() { psql_db -A -t -c "SELECT queue_data_pfx FROM pgq.queue WHERE queue
 # Empties every side's table (and restarts the sequences; PgQ's queue is
 # made anew), then checkpoints, so that every run starts from the same state.
 reset_tables() {
-	psql_db -c "TRUNCATE tide.tide_outbox_messages, bench.plain_messages RESTART IDENTITY" \
+	psql_db -c "TRUNCATE tide.tide_outbox_messages, tide.outbox_idempotency_keys, bench.plain_messages RESTART IDENTITY" \
 		-c "SELECT pgq.drop_queue('bench')" -c "SELECT pgq.create_queue('bench')" \
 		-c "CHECKPOINT" >/dev/null
 }
