@@ -4,7 +4,7 @@
  *		tide.outbox_publish_batch() (docs/publishing.md).
  *
  * A publish that gives a key runs, inside the caller's transaction and
- * before it takes an id:
+ * before its message is inserted:
  *
  * 1. Claim: an INSERT of (outbox, key, the message's id) into
  *	  outbox_idempotency_keys, ON CONFLICT DO NOTHING. Its primary key makes
@@ -12,8 +12,9 @@
  *	  transaction that inserted it first: if that one rolled back, the
  *	  claim inserts; if it committed, the claim inserts nothing. A claim
  *	  that inserted publishes. A single publish claims with the id it has
- *	  taken; a batch claims every key before it knows which payloads go in,
- *	  so it records their ids afterwards (a HOT update: message_id is not
+ *	  taken (a repeat leaves that id unused); a batch claims every key
+ *	  before its admission, not knowing yet which payloads go in, so it
+ *	  records their ids afterwards (a HOT update: message_id is not
  *	  indexed).
  * 2. Lookup, when the key is taken: a key within the outbox's
  *	  idempotency_window answers with the id it recorded, and nothing is

@@ -36,6 +36,9 @@
  *	  of the limit, and otherwise admits the publish and yields what step 2
  *	  remembers.
  *
+ * A publish with an idempotency key inserts its message only if it claims
+ * the key, between steps 2 or 3 and the INSERT (src/idempotency.c).
+ *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
  * multixacts). The publish holds ROW EXCLUSIVE on its table from step 2
