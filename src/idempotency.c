@@ -12,10 +12,10 @@
  *	  transaction that inserted it first: if that one rolled back, the
  *	  claim inserts; if it committed, the claim inserts nothing. A claim
  *	  that inserted publishes. A single publish claims with the id it has
- *	  taken (a repeat leaves that id unused); a batch claims every key
- *	  before its admission, not knowing yet which payloads go in, so it
- *	  records their ids afterwards (a HOT update: message_id is not
- *	  indexed).
+ *	  taken (a repeat leaves that id unused); a batch claims all its keys
+ *	  in one statement before its admission, not knowing yet which
+ *	  payloads go in, and records their ids in another afterwards (HOT
+ *	  updates: message_id is not indexed).
  * 2. Lookup, when the key is taken: a key within the outbox's
  *	  idempotency_window answers with the id it recorded, and nothing is
  *	  written. A key older than the window is taken over (its row renewed),
@@ -59,14 +59,30 @@
 	"   AND k.outbox_name OPERATOR(pg_catalog.=) $1 AND k.idempotency_key OPERATOR(pg_catalog.=) $2" \
 	"   AND k.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) c.idempotency_window)"
 
-/* Records the id of the message the claim published. */
+/*
+ * A batch's claim of its keys $2 (text[], NULLs skipped) in one statement:
+ * the position (from 1) of the first element of each key it claimed.
+ */
+#define CLAIM_BATCH_SQL \
+	"WITH claimed AS (" \
+	" INSERT INTO tide.outbox_idempotency_keys (outbox_name, idempotency_key)" \
+	" SELECT $1, k.key FROM ROWS FROM (pg_catalog.unnest($2)) WITH ORDINALITY AS k (key, n)" \
+	"  WHERE k.key IS NOT NULL ORDER BY k.n" \
+	" ON CONFLICT DO NOTHING RETURNING idempotency_key)" \
+	"SELECT pg_catalog.min(k.n)" \
+	"  FROM ROWS FROM (pg_catalog.unnest($2)) WITH ORDINALITY AS k (key, n), claimed c" \
+	" WHERE k.key OPERATOR(pg_catalog.=) c.idempotency_key GROUP BY k.key"
+
+/* Records the ids $3 (bigint[]) of the messages a batch's keys $2 (text[], NULLs skipped) published. */
 #define RECORD_SQL \
-	"UPDATE tide.outbox_idempotency_keys SET message_id = $3" \
-	" WHERE outbox_name OPERATOR(pg_catalog.=) $1 AND idempotency_key OPERATOR(pg_catalog.=) $2"
+	"UPDATE tide.outbox_idempotency_keys k SET message_id = r.id" \
+	"  FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS r (key, id)" \
+	" WHERE k.outbox_name OPERATOR(pg_catalog.=) $1 AND k.idempotency_key OPERATOR(pg_catalog.=) r.key"
 
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr lookup_plan = NULL;
 static SPIPlanPtr renew_plan = NULL;
+static SPIPlanPtr claim_batch_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
 
 /*
@@ -112,10 +128,9 @@ run_on_key(SPIPlanPtr *plan, const char *sql, const char *outbox, const char *ke
 
 /*
  * Whether this publish may go ahead under the key: it claimed it for the
- * message `id` (0: not known yet; record it with IdempotencyRecord). When
- * not, *first_id is the id of the message published with the key within
- * the window, or 0 when an earlier element of this very batch claimed it.
- * Runs connected to SPI.
+ * message `id` (0: not known yet, for a batch). When not, *first_id is the
+ * id of the message published with the key within the window, or 0 when
+ * an earlier element of this very batch claimed it. Runs connected to SPI.
  */
 bool
 IdempotencyClaim(const char *outbox, const char *key, int64 id, int64 *first_id)
@@ -155,17 +170,85 @@ IdempotencyClaim(const char *outbox, const char *key, int64 id, int64 *first_id)
 	return false;				/* keep the compiler quiet */
 }
 
-/* Records the id of the message a claimed key published. */
-void
-IdempotencyRecord(const char *outbox, const char *key, int64 id)
+/* The text[] of `count` keys, NULL where a key is NULL. */
+static Datum
+keys_array(char **keys, int count)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
-	Datum		args[3];
+	Datum	   *elems = palloc0(sizeof(Datum) * Max(count, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(count, 1));
+	int			dims[1] = {count};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < count; i++)
+	{
+		nulls[i] = keys[i] == NULL;
+		if (!nulls[i])
+			elems[i] = CStringGetTextDatum(keys[i]);
+	}
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, TEXTOID, -1, false,
+											  TYPALIGN_INT));
+}
+
+/*
+ * Which of a batch's `count` payloads may go in under their `keys` (NULL:
+ * no key): those without one, and the first of each key the batch claims.
+ * One statement claims the keys no one has; only a key taken already (a
+ * repeat, or older than the window) or repeated in the batch is looked at
+ * alone. Record the ids with IdempotencyRecordBatch. Runs connected to SPI.
+ */
+bool *
+IdempotencyClaimBatch(const char *outbox, char **keys, int count)
+{
+	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		args[2];
+	bool	   *publish = palloc0(sizeof(bool) * Max(count, 1));
+	bool	   *claimed = palloc0(sizeof(bool) * Max(count, 1));
 
 	args[0] = CStringGetTextDatum(outbox);
-	args[1] = CStringGetTextDatum(key);
-	args[2] = Int64GetDatum(id);
+	args[1] = keys_array(keys, count);
+	if (SPI_execute_plan(TidePlan(&claim_batch_plan, CLAIM_BATCH_SQL, 2, types), args, NULL, false, 0) !=
+		SPI_OK_SELECT)
+		elog(ERROR, "could not claim idempotency keys in outbox \"%s\"", outbox);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		int64		position = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[row],
+														   SPI_tuptable->tupdesc, 1, &isnull));
+
+		claimed[position - 1] = true;
+	}
+	for (int i = 0; i < count; i++)
+	{
+		int64		first_id;
+
+		publish[i] = keys[i] == NULL || claimed[i] ||
+			IdempotencyClaim(outbox, keys[i], 0, &first_id);
+	}
+	return publish;
+}
+
+/*
+ * Records the `ids` of the `n` messages a batch published under `keys`
+ * (NULL: no key).
+ */
+void
+IdempotencyRecordBatch(const char *outbox, char **keys, int64 *ids, int n)
+{
+	Oid			types[3] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID};
+	Datum		args[3];
+	Datum	   *id_elems = palloc(sizeof(Datum) * n);
+	uint64		keyed = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		id_elems[i] = Int64GetDatum(ids[i]);
+		keyed += keys[i] != NULL;
+	}
+	args[0] = CStringGetTextDatum(outbox);
+	args[1] = keys_array(keys, n);
+	args[2] = PointerGetDatum(construct_array(id_elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
 	if (SPI_execute_plan(TidePlan(&record_plan, RECORD_SQL, 3, types), args, NULL, false, 0) != SPI_OK_UPDATE ||
-		SPI_processed != 1)
-		elog(ERROR, "could not record idempotency key of outbox \"%s\"", outbox);
+		SPI_processed != keyed)
+		elog(ERROR, "could not record idempotency keys of outbox \"%s\"", outbox);
 }

@@ -7,6 +7,7 @@
 
 extern void IdempotencyCheckKey(const char *key, int index);
 extern bool IdempotencyClaim(const char *outbox, const char *key, int64 id, int64 *first_id);
-extern void IdempotencyRecord(const char *outbox, const char *key, int64 id);
+extern bool *IdempotencyClaimBatch(const char *outbox, char **keys, int count);
+extern void IdempotencyRecordBatch(const char *outbox, char **keys, int64 *ids, int n);
 
 #endif

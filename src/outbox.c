@@ -443,18 +443,17 @@ batch_keys_arg(FunctionCallInfo fcinfo, int argno, int count)
 static int
 publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Jsonb *headers)
 {
+	bool	   *publish = IdempotencyClaimBatch(name, keys, count);
 	Datum	   *kept = palloc(sizeof(Datum) * count);
-	int		   *kept_index = palloc(sizeof(int) * count);
+	char	  **kept_keys = palloc(sizeof(char *) * count);
 	int			nkept = 0;
 	int64	   *ids;
 
 	for (int i = 0; i < count; i++)
 	{
-		int64		first_id;
-
-		if (keys[i] != NULL && !IdempotencyClaim(name, keys[i], 0, &first_id))
+		if (!publish[i])
 			continue;
-		kept_index[nkept] = i;
+		kept_keys[nkept] = keys[i];
 		kept[nkept++] = elems[i];
 	}
 	if (nkept == 0)
@@ -462,9 +461,7 @@ publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Json
 	ids = insert_messages(name, PointerGetDatum(construct_array(kept, nkept, JSONBOID, -1, false,
 																 TYPALIGN_INT)),
 						  true, nkept, headers, NULL);
-	for (int i = 0; i < nkept; i++)
-		if (keys[kept_index[i]] != NULL)
-			IdempotencyRecord(name, keys[kept_index[i]], ids[i]);
+	IdempotencyRecordBatch(name, kept_keys, ids, nkept);
 	return nkept;
 }
 
