@@ -89,6 +89,13 @@ SELECT k.idempotency_key, m.payload FROM tide.outbox_idempotency_keys k
 SELECT tide.outbox_publish('idem_b', '{"b": 1}', NULL, 'b-1') =
 	   (SELECT message_id FROM tide.outbox_idempotency_keys
 		 WHERE outbox_name = 'idem_b' AND idempotency_key = 'b-1') AS single_after_batch;
+-- a batch takes over a key older than the window, once
+UPDATE tide.outbox_idempotency_keys SET created_at = now() - interval '25 hours'
+ WHERE outbox_name = 'idem_b' AND idempotency_key = 'b-3';
+SELECT tide.outbox_publish_batch('idem_b', ARRAY['{"b": 33}', '{"b": 34}', '{"b": 35}']::jsonb[], NULL,
+								 ARRAY['b-3', 'b-3', 'b-1']) AS published;
+SELECT m.payload FROM tide.outbox_idempotency_keys k JOIN tide.tide_outbox_messages m ON m.id = k.message_id
+ WHERE k.outbox_name = 'idem_b' AND k.idempotency_key = 'b-3';
 SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('idem_b', ARRAY['{}', '{}']::jsonb[], NULL, ARRAY['x'])$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('idem_b', ARRAY['{}']::jsonb[], NULL, ARRAY[repeat('k', 256)])$$);
 SELECT pg_temp.try($$SELECT tide.outbox_publish_batch('idem_b', ARRAY['{}']::jsonb[], NULL, ARRAY[['x']])$$);
