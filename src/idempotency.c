@@ -109,7 +109,10 @@ IdempotencyCheckKey(const char *key, int index)
 
 /*
  * Runs one of the statements above on (outbox, key, id: NULL when 0);
- * returns the rows it processed.
+ * returns the rows it processed. All but the claim, an INSERT, find their
+ * rows by the primary key: they are planned for each run (see
+ * TidePlanWithOptions), so that a plan made while the table was empty
+ * never scans it whole.
  */
 static uint64
 run_on_key(SPIPlanPtr *plan, const char *sql, const char *outbox, const char *key, int64 id)
@@ -121,7 +124,9 @@ run_on_key(SPIPlanPtr *plan, const char *sql, const char *outbox, const char *ke
 	args[0] = CStringGetTextDatum(outbox);
 	args[1] = CStringGetTextDatum(key);
 	args[2] = Int64GetDatum(id);
-	if (SPI_execute_plan(TidePlan(plan, sql, 3, types), args, nulls, false, 0) < 0)
+	if (SPI_execute_plan(TidePlanWithOptions(plan, sql, 3, types,
+											 plan == &claim_plan ? 0 : CURSOR_OPT_CUSTOM_PLAN),
+						 args, nulls, false, 0) < 0)
 		elog(ERROR, "could not look up idempotency key in outbox \"%s\"", outbox);
 	return SPI_processed;
 }
@@ -248,7 +253,8 @@ IdempotencyRecordBatch(const char *outbox, char **keys, int64 *ids, int n)
 	args[1] = keys_array(keys, n);
 	args[2] = PointerGetDatum(construct_array(id_elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 											  TYPALIGN_DOUBLE));
-	if (SPI_execute_plan(TidePlan(&record_plan, RECORD_SQL, 3, types), args, NULL, false, 0) != SPI_OK_UPDATE ||
+	if (SPI_execute_plan(TidePlanWithOptions(&record_plan, RECORD_SQL, 3, types, CURSOR_OPT_CUSTOM_PLAN),
+						 args, NULL, false, 0) != SPI_OK_UPDATE ||
 		SPI_processed != keyed)
 		elog(ERROR, "could not record idempotency keys of outbox \"%s\"", outbox);
 }
