@@ -22,7 +22,7 @@
 #             is pg_tide published by a login role that holds tide_publisher
 #             and a grant on the outbox, not by a superuser: the cost of the
 #             publishing-rights check; tide_keyed (not run unless named)
-#             is pg_tide with an idempotency key per message
+#             is pg_tide with an idempotency key (a new UUID) per message
 # With the defaults it runs for about 9 minutes.
 set -euo pipefail
 
@@ -91,11 +91,22 @@ CREATE EXTENSION pgq;
 SELECT pgq.create_queue('bench');
 SQL
 
+# tide_keyed's scripts: tide_single.sql and tide_batch.sql with an
+# idempotency key per message, a new UUID each (none repeats).
+sed -e "s|'application/json'));\$|'application/json'), gen_random_uuid()::text);|" \
+	"$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/tide_keyed_single.sql"
+sed -e "s|'application/json'));\$|'application/json'), ARRAY(SELECT gen_random_uuid()::text FROM generate_series(1, :n)));|" \
+	"$BENCH_DIR/tide_batch.sql" >"$TIDE_CLUSTER/tide_keyed_batch.sql"
+# The file of a script.
+script_file() { if [ -f "$BENCH_DIR/$1.sql" ]; then echo "$BENCH_DIR/$1.sql"; else echo "$TIDE_CLUSTER/$1.sql"; fi; }
+
 # One transaction of each script, to check that they run and that every
 # side writes the same payloads and headers.
 for script in plain_single tide_single tide_keyed_single pgq_single plain_batch tide_batch tide_keyed_batch pgq_batch; do
-	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
+	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$(script_file "$script")" "$DB" >/dev/null
 done
+[ "$(scalar "SELECT count(*) FROM tide.outbox_idempotency_keys")" -eq 11 ] ||
+	{ echo "publish.sh: the tide_keyed scripts did not publish with keys" >&2; exit 1; }
 # pg_tide's child tables (the relay worker, off here, would make them):
 # every run's ids, restarted at 1, then go into a child, as in a database
 # whose worker runs.
@@ -155,7 +166,7 @@ run() {
 	reset_tables
 	wal0=$(psql_db -A -t -c "SELECT pg_current_wal_insert_lsn()")
 	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -T "$DURATION" \
-		-U "$user" -D n="$per_xact" -f "$BENCH_DIR/$script.sql" "$DB" >"$out" 2>&1 ||
+		-U "$user" -D n="$per_xact" -f "$(script_file "$script")" "$DB" >"$out" 2>&1 ||
 		{ cat "$out"; tide_show_server_log; exit 1; }
 	wal1=$(psql_db -A -t -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal0')")
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")
