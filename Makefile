@@ -8,6 +8,7 @@ OBJS = \
 	src/tracker.o \
 	src/wake.o \
 	src/outbox.o \
+	src/idempotency.o \
 	src/direct_insert.o \
 	src/admission_cache.o \
 	src/backpressure.o \

@@ -21,7 +21,8 @@
 #   SIDES     what runs (default "plain tide tide_granted pgq"); tide_granted
 #             is pg_tide published by a login role that holds tide_publisher
 #             and a grant on the outbox, not by a superuser: the cost of the
-#             publishing-rights check
+#             publishing-rights check; tide_keyed (not run unless named)
+#             is pg_tide with an idempotency key (a new UUID) per message
 # With the defaults it runs for about 9 minutes.
 set -euo pipefail
 
@@ -90,11 +91,22 @@ CREATE EXTENSION pgq;
 SELECT pgq.create_queue('bench');
 SQL
 
+# tide_keyed's scripts: tide_single.sql and tide_batch.sql with an
+# idempotency key per message, a new UUID each (none repeats).
+sed -e "s|'application/json'));\$|'application/json'), gen_random_uuid()::text);|" \
+	"$BENCH_DIR/tide_single.sql" >"$TIDE_CLUSTER/tide_keyed_single.sql"
+sed -e "s|'application/json'));\$|'application/json'), ARRAY(SELECT gen_random_uuid()::text FROM generate_series(1, :n)));|" \
+	"$BENCH_DIR/tide_batch.sql" >"$TIDE_CLUSTER/tide_keyed_batch.sql"
+# The file of a script.
+script_file() { if [ -f "$BENCH_DIR/$1.sql" ]; then echo "$BENCH_DIR/$1.sql"; else echo "$TIDE_CLUSTER/$1.sql"; fi; }
+
 # One transaction of each script, to check that they run and that every
 # side writes the same payloads and headers.
-for script in plain_single tide_single pgq_single plain_batch tide_batch pgq_batch; do
-	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$BENCH_DIR/$script.sql" "$DB" >/dev/null
+for script in plain_single tide_single tide_keyed_single pgq_single plain_batch tide_batch tide_keyed_batch pgq_batch; do
+	"$PGBENCH" -n -M prepared -c 1 -t 1 -D n=10 -f "$(script_file "$script")" "$DB" >/dev/null
 done
+[ "$(scalar "SELECT count(*) FROM tide.outbox_idempotency_keys")" -eq 11 ] ||
+	{ echo "publish.sh: the tide_keyed scripts did not publish with keys" >&2; exit 1; }
 # pg_tide's child tables (the relay worker, off here, would make them):
 # every run's ids, restarted at 1, then go into a child, as in a database
 # whose worker runs.
@@ -118,14 +130,15 @@ SQL
 # and TOAST; pg_tide's parent table and its children).
 side_rows() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
+	tide | tide_granted | tide_keyed) psql_db -A -t -c "SELECT count(*) FROM tide.tide_outbox_messages" ;;
 	plain) psql_db -A -t -c "SELECT count(*) FROM bench.plain_messages" ;;
 	pgq) psql_db -A -t -c "SELECT count(*) FROM $(pgq_table)" ;;
 	esac
 }
 side_bytes() {
 	case $1 in
-	tide | tide_granted) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+	tide | tide_granted | tide_keyed) psql_db -A -t -c "SELECT pg_total_relation_size('tide.tide_outbox_messages')
+		+ pg_total_relation_size('tide.outbox_idempotency_keys')
 		+ coalesce((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits
 		 WHERE inhparent = 'tide.tide_outbox_messages'::regclass), 0)" ;;
 	plain) psql_db -A -t -c "SELECT pg_total_relation_size('bench.plain_messages')" ;;
@@ -139,7 +152,7 @@ pgq_table() { psql_db -A -t -c "SELECT queue_data_pfx FROM pgq.queue WHERE queue
 # Empties every side's table (and restarts the sequences; PgQ's queue is
 # made anew), then checkpoints, so that every run starts from the same state.
 reset_tables() {
-	psql_db -c "TRUNCATE tide.tide_outbox_messages, bench.plain_messages RESTART IDENTITY" \
+	psql_db -c "TRUNCATE tide.tide_outbox_messages, tide.outbox_idempotency_keys, bench.plain_messages RESTART IDENTITY" \
 		-c "SELECT pgq.drop_queue('bench')" -c "SELECT pgq.create_queue('bench')" \
 		-c "CHECKPOINT" >/dev/null
 }
@@ -153,7 +166,7 @@ run() {
 	reset_tables
 	wal0=$(psql_db -A -t -c "SELECT pg_current_wal_insert_lsn()")
 	"$PGBENCH" -n -M prepared -c "$clients" -j "$(( clients < 2 ? clients : 2 ))" -T "$DURATION" \
-		-U "$user" -D n="$per_xact" -f "$BENCH_DIR/$script.sql" "$DB" >"$out" 2>&1 ||
+		-U "$user" -D n="$per_xact" -f "$(script_file "$script")" "$DB" >"$out" 2>&1 ||
 		{ cat "$out"; tide_show_server_log; exit 1; }
 	wal1=$(psql_db -A -t -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal0')")
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")

@@ -36,6 +36,9 @@
  *	  of the limit, and otherwise admits the publish and yields what step 2
  *	  remembers.
  *
+ * A publish with an idempotency key inserts its message only if it claims
+ * the key, between steps 2 or 3 and the INSERT (src/idempotency.c).
+ *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
  * multixacts). The publish holds ROW EXCLUSIVE on its table from step 2
@@ -68,6 +71,7 @@
 
 #include "admission_cache.h"
 #include "backpressure.h"
+#include "idempotency.h"
 #include "partitions.h"
 #include "pg_tide.h"
 
@@ -286,10 +290,13 @@ admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, 
 /*
  * Inserts `n` messages into the outbox, admitted by the fast path or else
  * by the slow path (see the top of the file). `payload` is one jsonb, or a
- * jsonb[] of n for a batch. Returns the first id.
+ * jsonb[] of n for a batch. Returns their ids. With an idempotency `key`
+ * (one message), the message goes in only if it claims the key; otherwise
+ * the id returned is the one the key published (src/idempotency.c).
  */
-static int64
-insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers)
+static int64 *
+insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers,
+				const char *key)
 {
 	Datum		args[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
@@ -324,6 +331,8 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 		position = admit_and_remember(name, n);
 		admitted = true;
 	}
+	if (key != NULL && !IdempotencyClaim(name, key, ids[0], &ids[0]))
+		return ids;
 
 	args[0] = CStringGetTextDatum(name);
 	args[1] = payload;
@@ -349,19 +358,19 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	/* READ COMMITTED, admitted above: one message goes in without the executor when it can */
 	if (!batch && !locking &&
 		TideDirectInsert(target->relid, ids[0], args[0], payload, args[2], headers == NULL))
-		return ids[0];
+		return ids;
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		if (SPI_execute_plan(plan, args, nulls, false, 0) < 0)
 			elog(ERROR, "could not insert messages into outbox \"%s\"", name);
 		if (SPI_processed == (uint64) n)
-			return ids[0];
+			return ids;
 		/* REPEATABLE READ: the slow path raises the error that applies, or admits. */
 		args[5] = Int64GetDatum(admit_and_remember(name, n));
 		args[3] = BoolGetDatum(true);
 	}
 	elog(ERROR, "outbox \"%s\" was admitted but its messages were not inserted", name);
-	return 0;					/* keep the compiler quiet */
+	return NULL;				/* keep the compiler quiet */
 }
 
 /*
@@ -386,13 +395,87 @@ publish_end(Oid save_userid, int save_sec_context)
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 }
 
-/* SQL: tide.outbox_publish(p_name, p_payload, p_headers) returns the new id */
+/*
+ * The idempotency keys argument of a batch of `count` payloads, validated
+ * before anything is written: NULL, or one key or NULL per payload.
+ */
+static char **
+batch_keys_arg(FunctionCallInfo fcinfo, int argno, int count)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			nkeys;
+	char	  **keys = palloc0(sizeof(char *) * Max(count, 1));
+
+	/* A 0.1.0 catalog's function has no keys argument. */
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency keys must be a one-dimensional array"),
+				 errhint("Pass text[] with one key, or NULL, per payload.")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &nkeys);
+	if (nkeys != count)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency keys must be as many as the payloads"),
+				 errdetail("There are %d payloads and %d keys.", count, nkeys),
+				 errhint("Pass one key, or NULL, per payload.")));
+	for (int i = 0; i < count; i++)
+	{
+		if (elem_nulls[i])
+			continue;
+		keys[i] = TextDatumGetCString(elems[i]);
+		IdempotencyCheckKey(keys[i], i + 1);
+	}
+	return keys;
+}
+
+/*
+ * Publishes the `count` payloads `elems` of a batch whose `keys` were given,
+ * leaving out those whose key was published (src/idempotency.c): claims
+ * every key first, then publishes the others and records their ids.
+ * Returns how many it published.
+ */
+static int
+publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Jsonb *headers)
+{
+	bool	   *publish = IdempotencyClaimBatch(name, keys, count);
+	Datum	   *kept = palloc(sizeof(Datum) * count);
+	char	  **kept_keys = palloc(sizeof(char *) * count);
+	int			nkept = 0;
+	int64	   *ids;
+
+	for (int i = 0; i < count; i++)
+	{
+		if (!publish[i])
+			continue;
+		kept_keys[nkept] = keys[i];
+		kept[nkept++] = elems[i];
+	}
+	if (nkept == 0)
+		return 0;
+	ids = insert_messages(name, PointerGetDatum(construct_array(kept, nkept, JSONBOID, -1, false,
+																 TYPALIGN_INT)),
+						  true, nkept, headers, NULL);
+	IdempotencyRecordBatch(name, kept_keys, ids, nkept);
+	return nkept;
+}
+
+/*
+ * SQL: tide.outbox_publish(p_name, p_payload, p_headers, p_idempotency_key)
+ * returns the new id, or the id an earlier publish of the key published
+ */
 Datum
 tide_outbox_publish(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	Jsonb	   *payload;
 	Jsonb	   *headers;
+	char	   *key = NULL;
 	int64		id;
 	Oid			save_userid;
 	int			save_sec_context;
@@ -408,18 +491,24 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	require_object(payload, "payload");
 	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
 	headers = headers_arg(fcinfo, 2);
+	/* A 0.1.0 catalog's function has no key argument. */
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+	{
+		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		IdempotencyCheckKey(key, 0);
+	}
 
 	publish_begin(name, &save_userid, &save_sec_context);
-	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
+	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key)[0];
 	publish_end(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
 }
 
 /*
- * SQL: tide.outbox_publish_batch(p_name, p_payloads, p_headers) returns the
- * number published. Every payload is checked before anything is written;
- * ids follow the array's order.
+ * SQL: tide.outbox_publish_batch(p_name, p_payloads, p_headers,
+ * p_idempotency_keys) returns the number published. Every payload and key
+ * is checked before anything is written; ids follow the array's order.
  */
 Datum
 tide_outbox_publish_batch(PG_FUNCTION_ARGS)
@@ -430,6 +519,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	Datum	   *elems;
 	bool	   *elem_nulls;
 	int			count;
+	char	  **keys;
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
@@ -477,10 +567,14 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 					 errhint("Every element of the array must be a JSON object; nothing was published.")));
 	}
 
+	keys = batch_keys_arg(fcinfo, 3, count);
+
 	publish_begin(name, &save_userid, &save_sec_context);
-	if (count > 0)
-		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
-	else
+	if (keys != NULL)
+		count = publish_keyed_batch(name, elems, count, keys, headers);
+	if (keys == NULL && count > 0)
+		insert_messages(name, PointerGetDatum(payloads), true, count, headers, NULL);
+	else if (count == 0)
 	{
 		int64		span;
 

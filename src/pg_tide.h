@@ -30,6 +30,8 @@ extern void TideValidateConsumerId(const char *id);
 
 /* spi_plans.c: saved SPI plans and their results */
 extern SPIPlanPtr TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes);
+extern SPIPlanPtr TidePlanWithOptions(SPIPlanPtr *cache, const char *sql, int nargs,
+									  Oid *argtypes, int options);
 extern int64 TideSpiInt64(int col, bool *isnull);
 extern Datum TideSpiDatum(int col);
 extern bool TideSpiBool(int col);

@@ -17,9 +17,20 @@
 SPIPlanPtr
 TidePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
+	return TidePlanWithOptions(cache, sql, nargs, argtypes, 0);
+}
+
+/*
+ * TidePlan with planner options: CURSOR_OPT_CUSTOM_PLAN plans each run for
+ * its values and the tables' size then, where a generic plan made while a
+ * table was small would scan it whole once it has grown.
+ */
+SPIPlanPtr
+TidePlanWithOptions(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes, int options)
+{
 	if (*cache == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, options);
 
 		if (plan == NULL)
 			elog(ERROR, "could not prepare \"%s\": %s",

@@ -141,6 +141,7 @@ BEGIN
 	DELETE FROM tide.tide_outbox_config WHERE outbox_name = p_name;
 	IF FOUND THEN
 		DELETE FROM tide.tide_outbox_messages WHERE outbox_name = p_name;
+		DELETE FROM tide.outbox_idempotency_keys WHERE outbox_name = p_name;
 	ELSE
 		IF p_if_exists THEN
 			RAISE NOTICE 'outbox "%" does not exist, skipping', p_name;
@@ -195,23 +196,52 @@ COMMENT ON FUNCTION tide.outbox_disable(text)
 REVOKE ALL ON FUNCTION tide.outbox_disable(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_disable(text) TO tide_admin;
 
-CREATE OR REPLACE FUNCTION tide.outbox_publish(p_name text, p_payload jsonb, p_headers jsonb DEFAULT NULL)
+-- p_idempotency_key: a second publish of the key to the outbox within its
+-- idempotency_window returns the first message's id and writes nothing
+-- (docs/publishing.md).
+CREATE OR REPLACE FUNCTION tide.outbox_publish(p_name text, p_payload jsonb, p_headers jsonb DEFAULT NULL,
+											   p_idempotency_key text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_outbox_publish'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb)
-	IS 'publishes one message inside the caller''s transaction; returns its id';
-REVOKE ALL ON FUNCTION tide.outbox_publish(text,jsonb,jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_publish(text,jsonb,jsonb) TO tide_admin, tide_publisher;
+COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text)
+	IS 'publishes one message inside the caller''s transaction; returns its id, or the id of the message an earlier publish of the idempotency key published';
+REVOKE ALL ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text) TO tide_admin, tide_publisher;
 
-CREATE OR REPLACE FUNCTION tide.outbox_publish_batch(p_name text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL)
+-- p_idempotency_keys: one key (or NULL) per payload; a payload whose key
+-- was published within the window is left out.
+CREATE OR REPLACE FUNCTION tide.outbox_publish_batch(p_name text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL,
+													 p_idempotency_keys text[] DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_outbox_publish_batch'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb)
-	IS 'publishes many messages in array order inside the caller''s transaction; returns how many';
-REVOKE ALL ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb) TO tide_admin, tide_publisher;
+COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb, text[])
+	IS 'publishes many messages in array order inside the caller''s transaction, leaving out those whose idempotency key was published; returns how many it published';
+REVOKE ALL ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[]) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[]) TO tide_admin, tide_publisher;
+
+CREATE OR REPLACE FUNCTION tide.outbox_set_idempotency_window(p_name text, p_window interval)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+	PERFORM tide._outbox_config(p_name);
+	IF p_window IS NULL OR p_window <= interval '0' OR p_window > interval '87600 hours' THEN
+		RAISE EXCEPTION 'idempotency window must be positive and at most 87600 hours, not %',
+				coalesce(p_window::text, 'null')
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give how long an idempotency key is remembered, for example interval ''24 hours''.';
+	END IF;
+	UPDATE tide.tide_outbox_config SET idempotency_window = p_window
+	 WHERE outbox_name = p_name AND idempotency_window IS DISTINCT FROM p_window;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_set_idempotency_window(text, interval)
+	IS 'sets how long an outbox remembers the idempotency key of a publish';
+REVOKE ALL ON FUNCTION tide.outbox_set_idempotency_window(text,interval) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_set_idempotency_window(text,interval) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.outbox_status(p_name text)
 RETURNS jsonb
@@ -230,6 +260,7 @@ BEGIN
 			'retention_hours', cfg.retention_hours,
 			'inline_threshold', cfg.inline_threshold,
 			'backpressure_percent', cfg.backpressure_level,
+			'idempotency_window_seconds', extract(epoch FROM cfg.idempotency_window)::bigint,
 			'pending', (SELECT count(*) FROM tide.tide_outbox_messages m
 						 WHERE m.outbox_name = p_name AND m.consumed_at IS NULL AND m.id > low),
 			'oldest_pending_age_seconds',

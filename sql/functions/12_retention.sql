@@ -238,6 +238,12 @@ BEGIN
 				END LOOP;
 			END LOOP;
 		END IF;
+		-- A key older than the window is forgotten (a publish ignores it
+		-- already: src/idempotency.c).
+		IF NOT p_dry_run THEN
+			DELETE FROM tide.outbox_idempotency_keys k
+			 WHERE k.outbox_name = cfg.outbox_name AND k.created_at < now() - cfg.idempotency_window;
+		END IF;
 		total := total + deleted;
 		any_more := any_more OR more;
 		items := items || jsonb_build_object(

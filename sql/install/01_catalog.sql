@@ -13,12 +13,31 @@ CREATE TABLE tide.tide_outbox_config (
 	-- The last outbox.backpressure level announced (0, 80 or 100 % of
 	-- inline_threshold), so that each crossing is announced once.
 	backpressure_level	smallint NOT NULL DEFAULT 0,
+	-- How long a publish's idempotency key is remembered (docs/publishing.md).
+	idempotency_window	interval NOT NULL DEFAULT '24 hours',
 	CONSTRAINT tide_outbox_config_retention_check CHECK (retention_hours > 0),
 	CONSTRAINT tide_outbox_config_threshold_check CHECK (inline_threshold > 0),
-	CONSTRAINT tide_outbox_config_backpressure_check CHECK (backpressure_level IN (0, 80, 100))
+	CONSTRAINT tide_outbox_config_backpressure_check CHECK (backpressure_level IN (0, 80, 100)),
+	CONSTRAINT tide_outbox_config_idempotency_window_check CHECK (idempotency_window > '0')
 );
 
 COMMENT ON TABLE tide.tide_outbox_config IS 'One row per named outbox';
+
+-- The idempotency keys publishes gave (src/idempotency.c). A row is written
+-- with its message's transaction, so a concurrent publish of the same key
+-- waits on the primary key for that transaction's outcome. message_id
+-- names no message row: a message that retention deleted while its key is
+-- inside the window is still the answer. Internal: nothing is granted on it.
+CREATE TABLE tide.outbox_idempotency_keys (
+	outbox_name		text NOT NULL,
+	idempotency_key	text NOT NULL,
+	message_id		bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (outbox_name, idempotency_key)
+);
+
+COMMENT ON TABLE tide.outbox_idempotency_keys
+	IS 'Idempotency keys of recent publishes and the id of the message each published';
 
 -- CACHE 1 matters: a per-backend cache would let a backend hold ids far
 -- below the value a reader sees, and the safe horizon would not cover them.
@@ -313,6 +332,8 @@ COMMENT ON TABLE tide.relay_pipeline_health
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_config', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_idempotency_keys', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.tide_outbox_messages_id_seq', '');
 

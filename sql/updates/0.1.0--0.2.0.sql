@@ -250,3 +250,27 @@ COMMENT ON TABLE tide.outbox_backfills
 	IS 'The progress of each backfill of a captured table: the last key published, rows, when it finished';
 
 SELECT pg_catalog.pg_extension_config_dump('tide.outbox_backfills', '');
+
+-- Publish-side idempotency keys (sql/install/01_catalog.sql,
+-- src/idempotency.c): each outbox's window, and the keys. tide.outbox_publish
+-- gains p_idempotency_key and tide.outbox_publish_batch
+-- p_idempotency_keys: new signatures, so the functions are re-created.
+ALTER TABLE tide.tide_outbox_config
+	ADD COLUMN idempotency_window interval NOT NULL DEFAULT '24 hours',
+	ADD CONSTRAINT tide_outbox_config_idempotency_window_check CHECK (idempotency_window > '0');
+
+CREATE TABLE tide.outbox_idempotency_keys (
+	outbox_name		text NOT NULL,
+	idempotency_key	text NOT NULL,
+	message_id		bigint,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (outbox_name, idempotency_key)
+);
+
+COMMENT ON TABLE tide.outbox_idempotency_keys
+	IS 'Idempotency keys of recent publishes and the id of the message each published';
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_idempotency_keys', '');
+
+DROP FUNCTION tide.outbox_publish(text, jsonb, jsonb);
+DROP FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb);
