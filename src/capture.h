@@ -16,6 +16,8 @@
 #include "utils/jsonb.h"
 #include "utils/relcache.h"
 
+#include "compat.h"
+
 /* The row operations a capture may publish, in the order of their names. */
 typedef enum CaptureOp
 {
@@ -49,7 +51,7 @@ extern char *CaptureOptionsText(const CaptureOptions *options);
 extern Jsonb *CapturePublish(Oid table, const char *outbox, CaptureOptions *options,
 							 const char *op, Jsonb *new_row, Jsonb *old_row);
 
-extern void CaptureRefuseMissingKey(const char *table, const char *column) pg_attribute_noreturn();
+extern TideNoReturn void CaptureRefuseMissingKey(const char *table, const char *column);
 
 /* capture_admin.c: the table argument, the table opened and checked as the rights say, SPI */
 extern Oid	CaptureTableArg(FunctionCallInfo fcinfo);

@@ -35,6 +35,7 @@
 #include "utils/relcache.h"
 
 #include "capture.h"
+#include "compat.h"
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_capture);
@@ -75,7 +76,7 @@ CaptureOpenTable(Oid relid, LOCKMODE lockmode)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot capture table \"%s\" of pg_tide's catalog", RelationGetRelationName(rel)),
 				 errhint("Capture the application's own tables.")));
-	if (!pg_class_ownercheck(relid, userid) &&
+	if (!TideClassOwnerCheck(relid, userid) &&
 		!(OidIsValid(admin) && has_privs_of_role(userid, admin) &&
 		  pg_class_aclcheck(relid, userid, ACL_TRIGGER) == ACLCHECK_OK))
 		ereport(ERROR,
@@ -89,7 +90,7 @@ CaptureOpenTable(Oid relid, LOCKMODE lockmode)
 static List *
 primary_key_columns(Relation rel)
 {
-	Oid			index_oid = RelationGetPrimaryKeyIndex(rel);
+	Oid			index_oid = TidePrimaryKeyIndex(rel);
 	Relation	index;
 	List	   *names = NIL;
 

@@ -255,9 +255,9 @@ tide_capture_backfill_chunk(PG_FUNCTION_ARGS)
 		found = palloc(sizeof(Datum) * (rows + 1));
 		for (uint64 i = 0; i < rows; i++)
 		{
-			bool		isnull;
+			bool		key_null;
 
-			found[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+			found[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &key_null);
 		}
 		for (uint64 i = 0; i < rows; i++)
 			last = CapturePublish(RelationGetRelid(rel), outbox, &options, "read", DatumGetJsonbP(found[i]), NULL);

@@ -13,6 +13,31 @@
 #error "pg_tide needs PostgreSQL 15 or later"
 #endif
 
+/*
+ * "Never returns", written before a function's declaration: a prefix from
+ * 18 on (pg_noreturn), an attribute before (which GCC and Clang also take
+ * in that place).
+ */
+#if PG_VERSION_NUM >= 180000
+#define TideNoReturn pg_noreturn
+#else
+#define TideNoReturn pg_attribute_noreturn()
+#endif
+
+/* Whether the current user owns a relation (or is a superuser). */
+#if PG_VERSION_NUM >= 160000
+#define TideClassOwnerCheck(relid, role) object_ownercheck(RelationRelationId, (relid), (role))
+#else
+#define TideClassOwnerCheck(relid, role) pg_class_ownercheck((relid), (role))
+#endif
+
+/* A relation's primary key index (18 asks whether a deferrable one will do). */
+#if PG_VERSION_NUM >= 180000
+#define TidePrimaryKeyIndex(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define TidePrimaryKeyIndex(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
 /* This backend's index into the PGPROC array. */
 #if PG_VERSION_NUM >= 170000
 #include "storage/procnumber.h"
