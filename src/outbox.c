@@ -69,6 +69,7 @@
 #include "admission_cache.h"
 #include "backpressure.h"
 #include "partitions.h"
+#include "payload_schema.h"
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_publish);
@@ -410,6 +411,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	headers = headers_arg(fcinfo, 2);
 
 	publish_begin(name, &save_userid, &save_sec_context);
+	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
 	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers);
 	publish_end(save_userid, save_sec_context);
 
@@ -478,6 +480,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	}
 
 	publish_begin(name, &save_userid, &save_sec_context);
+	TidePayloadSchemaCheck(name, headers, elems, count, true);
 	if (count > 0)
 		insert_messages(name, PointerGetDatum(payloads), true, count, headers);
 	else

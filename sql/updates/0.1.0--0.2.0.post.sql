@@ -28,3 +28,8 @@ CREATE TRIGGER relay_inbox_handlers_notify
 CREATE TRIGGER relay_inbox_handlers_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.relay_inbox_handlers
 	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();
+
+-- Payload schemas (sql/install_post/04_payload_schemas.sql).
+CREATE TRIGGER outbox_schemas_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.outbox_schemas
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();

@@ -84,13 +84,13 @@ is_draft2020(const nlohmann::json &schema, bool default_2020)
 	const nlohmann::json &uri = schema["$schema"];
 
 	if (!uri.is_string())
-		throw SchemaRefused("\"$schema\" must be a string");
+		throw SchemaRefused("\"$schema\" must be a string.");
 	if (listed(uri.get<std::string>(), DRAFT2020_URIS))
 		return true;
 	if (listed(uri.get<std::string>(), DRAFT7_URIS))
 		return false;
 	throw SchemaRefused("\"$schema\" names a draft other than 2020-12 and draft-07: " +
-						uri.get<std::string>());
+						uri.get<std::string>() + ".");
 }
 
 static void rewrite_2020(nlohmann::json &schema);
@@ -127,9 +127,9 @@ rewrite_2020(nlohmann::json &schema)
 		return;
 	for (auto &member : schema.items())
 		if (listed(member.key(), UNSUPPORTED_2020))
-			throw SchemaRefused("keyword \"" + member.key() + "\" is not supported");
+			throw SchemaRefused("Keyword \"" + member.key() + "\" is not supported.");
 	if (schema.contains("items") && schema["items"].is_array())
-		throw SchemaRefused("\"items\" must be a schema in draft 2020-12 (use \"prefixItems\" for a tuple)");
+		throw SchemaRefused("\"items\" must be a schema in draft 2020-12 (\"prefixItems\" makes a tuple).");
 
 	for (const char *keyword : {"properties", "patternProperties", "$defs", "definitions",
 			"dependentSchemas"})
@@ -152,7 +152,7 @@ rewrite_2020(nlohmann::json &schema)
 		if (!schema.contains(keyword))
 			continue;
 		if (!schema[keyword].is_object())
-			throw SchemaRefused(std::string("\"") + keyword + "\" must be an object");
+			throw SchemaRefused(std::string("\"") + keyword + "\" must be an object.");
 		nlohmann::json &dependencies = schema["dependencies"];
 
 		for (auto &member : schema[keyword].items())
@@ -177,7 +177,7 @@ rewrite_2020(nlohmann::json &schema)
 		if (schema.contains("allOf") && schema["allOf"].is_array())
 			schema["allOf"].push_back(ref);
 		else if (schema.contains("allOf"))
-			throw SchemaRefused("\"allOf\" must be an array");
+			throw SchemaRefused("\"allOf\" must be an array.");
 		else
 			schema["allOf"] = nlohmann::json::array({ref});
 	}
@@ -190,7 +190,7 @@ compile(const nlohmann::json &schema, bool default_2020)
 	SchemaPtr	compiled(new CompiledSchema());
 
 	if (!schema.is_object() && !schema.is_boolean())
-		throw SchemaRefused("a schema must be a JSON object or a boolean");
+		throw SchemaRefused("A schema must be a JSON object or a boolean.");
 	compiled->source = schema;
 	compiled->draft2020 = is_draft2020(schema, default_2020);
 	if (compiled->draft2020)
