@@ -6,7 +6,7 @@
 # the cost of the check (target: at least 0.8).
 #
 # Run as root. pg_tide must already be built and installed with the JSON
-# Schema module (pg_tide_jsonschema.so). It starts its own cluster in
+# Schema module (pg_tide-jsonschema.so). It starts its own cluster in
 # /tmp/pg_tide_bench_schema on port 5493 (KEEP_CLUSTER=1 leaves it running).
 #
 # Settings from the environment:

@@ -4,7 +4,7 @@
  *		it) sets for the payloads published to it, checked at publish
  *		before anything is written (docs/publishing.md#payload-schemas).
  *
- * The checks run in pg_tide_jsonschema.so (src/jsonschema/), C++ over
+ * The checks run in pg_tide-jsonschema.so (src/jsonschema/), C++ over
  * valijson, which this file loads only when a schema is set or an outbox
  * that has one is published to: a server without the module publishes to
  * outboxes without schemas as before and refuses to set one.
@@ -45,7 +45,7 @@
 
 PG_FUNCTION_INFO_V1(tide_schema_draft);
 
-#define JSONSCHEMA_LIBRARY "$libdir/pg_tide_jsonschema"
+#define JSONSCHEMA_LIBRARY "$libdir/pg_tide-jsonschema"
 
 /* One schema of an outbox: for one message type, or ('') its default. */
 typedef struct TypedSchema
@@ -109,11 +109,11 @@ load_module(void)
 
 	if (routine != NULL)
 		return routine;
-	path = psprintf("%s/pg_tide_jsonschema%s", pkglib_path, DLSUFFIX);
+	path = psprintf("%s/pg_tide-jsonschema%s", pkglib_path, DLSUFFIX);
 	if (stat(path, &st) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("payload schemas need the module pg_tide_jsonschema%s, which is not installed",
+				 errmsg("payload schemas need the module pg_tide-jsonschema%s, which is not installed",
 						DLSUFFIX),
 				 errdetail("The file \"%s\" does not exist.", path),
 				 errhint("Install the package postgresql-%s-pg-tide-jsonschema, or build pg_tide with Debian's libvalijson-dev and nlohmann-json3-dev installed.",

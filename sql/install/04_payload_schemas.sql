@@ -2,7 +2,7 @@
 -- Payload schemas (docs/publishing.md#payload-schemas): the JSON Schema
 -- each payload published to an outbox must validate against, per outbox
 -- (message_type '') and per message type (the header "type"). Checked in C
--- at publish (src/payload_schema.c) by the module pg_tide_jsonschema.so.
+-- at publish (src/payload_schema.c) by the module pg_tide-jsonschema.so.
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE tide.outbox_schemas (

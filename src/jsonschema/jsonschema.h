@@ -1,7 +1,7 @@
 /*
  * jsonschema.h
  *		The boundary between pg_tide.so and its JSON Schema module,
- *		pg_tide_jsonschema.so (src/jsonschema/): the module's functions, as
+ *		pg_tide-jsonschema.so (src/jsonschema/): the module's functions, as
  *		plain C with no exception and no PostgreSQL error crossing it.
  *
  * The module wraps valijson, a C++ validator. pg_tide.so loads it only when
@@ -51,7 +51,7 @@ typedef struct TideJsonSchemaRoutine
 	void		(*release) (void *schema);
 } TideJsonSchemaRoutine;
 
-/* The init symbol of pg_tide_jsonschema.so. */
+/* The init symbol of pg_tide-jsonschema.so. */
 typedef const TideJsonSchemaRoutine *(*TideJsonSchemaInit) (void);
 
 #define TIDE_JSONSCHEMA_INIT "pg_tide_jsonschema_routine"

@@ -1,6 +1,6 @@
 /*
  * magic.c
- *		The PostgreSQL module block of pg_tide_jsonschema.so, in C: the
+ *		The PostgreSQL module block of pg_tide-jsonschema.so, in C: the
  *		rest of the module is C++ and includes no PostgreSQL header.
  */
 #include "postgres.h"

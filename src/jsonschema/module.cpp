@@ -1,6 +1,6 @@
 /*
  * module.cpp
- *		The C boundary of pg_tide_jsonschema.so (jsonschema.h): each function
+ *		The C boundary of pg_tide-jsonschema.so (jsonschema.h): each function
  *		catches every C++ exception and reports it in a TideJsonSchemaError,
  *		so that none crosses into PostgreSQL's frames.
  */
@@ -30,6 +30,28 @@ clear_error(TideJsonSchemaError *err)
 	err->keyword[0] = '\0';
 }
 
+/* Puts the exception being handled into err->message (called in a catch block). */
+static void
+report_exception(TideJsonSchemaError *err)
+{
+	try
+	{
+		throw;
+	}
+	catch (const std::bad_alloc &)
+	{
+		set_field(err->message, sizeof(err->message), "Out of memory.");
+	}
+	catch (const std::exception &e)
+	{
+		set_field(err->message, sizeof(err->message), e.what());
+	}
+	catch (...)
+	{
+		set_field(err->message, sizeof(err->message), "Unknown error.");
+	}
+}
+
 /* Compiles a schema given as JSON text; NULL with err->message when refused. */
 static void *
 module_compile(const char *schema_json, const char **draft, TideJsonSchemaError *err)
@@ -43,17 +65,9 @@ module_compile(const char *schema_json, const char **draft, TideJsonSchemaError 
 		*draft = tide_jsonschema::draft_of(*compiled);
 		return compiled.release();
 	}
-	catch (const std::bad_alloc &)
-	{
-		set_field(err->message, sizeof(err->message), "out of memory");
-	}
-	catch (const std::exception &e)
-	{
-		set_field(err->message, sizeof(err->message), e.what());
-	}
 	catch (...)
 	{
-		set_field(err->message, sizeof(err->message), "unknown error");
+		report_exception(err);
 	}
 	return nullptr;
 }
@@ -74,17 +88,9 @@ module_validate(void *schema, const char *document_json, TideJsonSchemaError *er
 		set_field(err->pointer, sizeof(err->pointer), failure.pointer);
 		set_field(err->keyword, sizeof(err->keyword), failure.keyword);
 	}
-	catch (const std::bad_alloc &)
-	{
-		set_field(err->message, sizeof(err->message), "out of memory");
-	}
-	catch (const std::exception &e)
-	{
-		set_field(err->message, sizeof(err->message), e.what());
-	}
 	catch (...)
 	{
-		set_field(err->message, sizeof(err->message), "unknown error");
+		report_exception(err);
 	}
 	return false;
 }

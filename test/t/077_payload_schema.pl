@@ -8,7 +8,7 @@
 #  2. A schema set, replaced or dropped in one backend takes effect for the
 #     next publish of another backend that had cached the outbox's schemas
 #     (none, then each version), without reconnecting.
-#  3. A server without the module pg_tide_jsonschema.so refuses to set a
+#  3. A server without the module pg_tide-jsonschema.so refuses to set a
 #     schema (55000, naming the module) and publishes to outboxes without
 #     one as before.
 use strict;
@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/../perl";
-use PgTide::TestNode qw(installation_copy);
+use PgTide::TestNode qw(tide_node installation_copy);
 
 # 1. conformance
 my $suite = `perl -MFile::ShareDir=dist_dir -e 'print dist_dir("Test-JSON-Schema-Acceptance")' 2>/dev/null`;
@@ -64,7 +64,7 @@ $node->stop;
 
 # 3. without the module
 my ($install, $libdir) = installation_copy();
-unlink("$libdir/pg_tide_jsonschema.so") or die "cannot remove the module from the copy: $!";
+unlink("$libdir/pg_tide-jsonschema.so") or die "cannot remove the module from the copy: $!";
 my $bare = PostgreSQL::Test::Cluster->new('bare', install_path => $install);
 $bare->init;
 $bare->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tide'\n");
@@ -73,7 +73,7 @@ $bare->safe_psql('postgres', q{CREATE EXTENSION pg_tide; SELECT tide.outbox_crea
 my ($rc, $out, $err) = $bare->psql('postgres',
 	q{\set VERBOSITY verbose
 	  SELECT tide.outbox_set_schema('plain', NULL, '{}')});
-like($err, qr/55000: payload schemas need the module pg_tide_jsonschema\.so, which is not installed/,
+like($err, qr/55000: payload schemas need the module pg_tide-jsonschema\.so, which is not installed/,
 	'without the module, setting a schema is refused, naming it');
 like($err, qr/HINT:.*postgresql-\d+-pg-tide-jsonschema/, 'the hint names the package');
 is($bare->safe_psql('postgres', q{SELECT tide.outbox_publish('plain', '{"x": 1}') > 0}), 't',
