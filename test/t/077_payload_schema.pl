@@ -38,11 +38,14 @@ my $node = tide_node('schemas');
 $node->safe_psql('postgres', q{SELECT tide.outbox_create('orders')});
 my $publisher = $node->background_psql('postgres');
 $publisher->query_safe('\set VERBOSITY verbose');
+# an error must not end the session
+$publisher->query_safe('\set ON_ERROR_STOP 0');
 
 # Publishes a payload in the publisher's session; its error, or ''.
 sub publish
 {
 	my ($payload) = @_;
+	$publisher->{stderr} = '';    # query() keeps the last error otherwise
 	$publisher->query(qq{SELECT tide.outbox_publish('orders', '$payload')});
 	return $publisher->{stderr};
 }
