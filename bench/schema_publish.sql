@@ -3,7 +3,7 @@
 \set order_id random(1, 100000000)
 \set customer_id random(1, 1000000)
 \set amount random(100, 100000)
-SELECT tide.outbox_publish(:'outbox',
+SELECT tide.outbox_publish(:outbox,
 		jsonb_build_object('event', 'order.created',
 						   'order_id', :order_id::bigint,
 						   'customer_id', :customer_id::bigint,
