@@ -19,6 +19,12 @@
  *	  other keywords apply too; in draft 7 they are ignored).
  *
  * Remote references are never fetched: a schema that needs one is refused.
+ *
+ * valijson matches "pattern" and "patternProperties" with std::regex, whose
+ * backtracking recurses once per character: a string of some 20,000
+ * characters exhausts a backend's stack. A schema with either keyword
+ * therefore refuses a document holding a string (or a property name)
+ * longer than PATTERN_MAX_BYTES before the engine sees it.
  */
 #include <cstring>
 #include <vector>
@@ -35,10 +41,14 @@
 namespace tide_jsonschema
 {
 
+/* The longest string a schema with a pattern checks (see the top of the file). */
+static const size_t PATTERN_MAX_BYTES = 1000;
+
 class CompiledSchema
 {
 public:
 	bool		draft2020 = false;
+	bool		has_pattern = false;	/* "pattern" or "patternProperties" anywhere */
 	nlohmann::json source;		/* the document valijson's schema was read from */
 	valijson::Schema schema;
 	valijson::Validator validator;
@@ -183,6 +193,64 @@ rewrite_2020(nlohmann::json &schema)
 	}
 }
 
+/* Whether a member named "pattern" or "patternProperties" is anywhere in value. */
+static bool
+mentions_pattern(const nlohmann::json &value)
+{
+	if (value.is_object())
+		for (auto &member : value.items())
+			if (member.key() == "pattern" || member.key() == "patternProperties" ||
+				mentions_pattern(member.value()))
+				return true;
+	if (value.is_array())
+		for (auto &element : value)
+			if (mentions_pattern(element))
+				return true;
+	return false;
+}
+
+static std::string pointer_token(const std::string &name);
+
+/*
+ * Finds a string or property name longer than PATTERN_MAX_BYTES in value
+ * (at pointer); false, with *failure, when there is one.
+ */
+static bool
+strings_short(const nlohmann::json &value, const std::string &pointer, Failure *failure)
+{
+	if (value.is_string() && value.get_ref<const std::string &>().size() > PATTERN_MAX_BYTES)
+	{
+		failure->pointer = pointer;
+		failure->keyword = "pattern";
+		failure->message = "A string of " + std::to_string(value.get_ref<const std::string &>().size()) +
+			" bytes is longer than " + std::to_string(PATTERN_MAX_BYTES) +
+			", the most a schema with \"pattern\" or \"patternProperties\" checks.";
+		return false;
+	}
+	if (value.is_object())
+		for (auto &member : value.items())
+		{
+			std::string at = pointer + "/" + pointer_token(member.key());
+
+			if (member.key().size() > PATTERN_MAX_BYTES)
+			{
+				failure->pointer = at;
+				failure->keyword = "patternProperties";
+				failure->message = "A property name of " + std::to_string(member.key().size()) +
+					" bytes is longer than " + std::to_string(PATTERN_MAX_BYTES) +
+					", the most a schema with \"pattern\" or \"patternProperties\" checks.";
+				return false;
+			}
+			if (!strings_short(member.value(), at, failure))
+				return false;
+		}
+	if (value.is_array())
+		for (size_t i = 0; i < value.size(); i++)
+			if (!strings_short(value[i], pointer + "/" + std::to_string(i), failure))
+				return false;
+	return true;
+}
+
 /* Compiles a schema (see the top of the file). */
 SchemaPtr
 compile(const nlohmann::json &schema, bool default_2020)
@@ -195,6 +263,7 @@ compile(const nlohmann::json &schema, bool default_2020)
 	compiled->draft2020 = is_draft2020(schema, default_2020);
 	if (compiled->draft2020)
 		rewrite_2020(compiled->source);
+	compiled->has_pattern = mentions_pattern(compiled->source);
 
 	valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);
 	valijson::adapters::NlohmannJsonAdapter adapter(compiled->source);
@@ -308,6 +377,8 @@ validate(CompiledSchema &schema, const nlohmann::json &document, Failure *failur
 	valijson::adapters::NlohmannJsonAdapter target(document);
 	valijson::ValidationResults results;
 
+	if (schema.has_pattern && !strings_short(document, "", failure))
+		return false;
 	/* the common case stops at nothing and records nothing */
 	if (schema.validator.validate(schema.schema, target, nullptr))
 		return true;

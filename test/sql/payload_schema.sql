@@ -55,6 +55,14 @@ SELECT tide.outbox_publish('ps_orders', '{"refund_id": 5}', '{"type": "order.ref
 SELECT tide.outbox_publish('ps_orders', '{"refund_id": "r1", "x/y~": 1}', '{"type": "order.refunded"}');
 -- in a batch: the first payload that does not validate, and nothing written
 SELECT tide.outbox_publish_batch('ps_orders', ARRAY['{"order_id": 8, "amount": 2}', '{"order_id": "9", "amount": 2}']::jsonb[]);
+-- a schema with a pattern refuses a string too long to match safely (std::regex
+-- recurses per character: 100,000 would exhaust the backend's stack)
+SELECT tide.outbox_create('ps_pattern');
+SELECT tide.outbox_set_schema('ps_pattern', NULL, '{"properties": {"ab": {"type": "string", "pattern": "^(a|b)*$"}}}');
+SELECT tide.outbox_publish('ps_pattern', jsonb_build_object('ab', repeat('ab', 500))) > 0 AS long_enough;
+SELECT tide.outbox_publish('ps_pattern', jsonb_build_object('ab', repeat('a', 100000)));
+SELECT tide.outbox_publish('ps_pattern', jsonb_build_object('other', jsonb_build_array(1, repeat('a', 1001))));
+SELECT tide.outbox_drop('ps_pattern');
 \set ON_ERROR_STOP 1
 SELECT tide.outbox_publish('ps_orders', '{"refund_id": "r1"}', '{"type": "order.refunded"}') > 0 AS refund_published;
 -- another type: the default schema
