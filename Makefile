@@ -9,6 +9,7 @@ OBJS = \
 	src/wake.o \
 	src/outbox.o \
 	src/idempotency.o \
+	src/payload_schema.o \
 	src/direct_insert.o \
 	src/admission_cache.o \
 	src/backpressure.o \
@@ -227,3 +228,37 @@ EXTRA_CLEAN += test/endpoints/probe.o test/endpoints/pg_tide_probe$(DLSUFFIX)
 test/brokers/nats_tool: test/brokers/nats_tool.c
 	$(CC) -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -o $@ $< $(shell pkg-config --cflags --libs libnats) -lcjson
 installcheck: $(if $(filter nats,$(BROKER_BUILT)),test/brokers/nats_tool)
+
+# The JSON Schema module (src/jsonschema/jsonschema.h): pg_tide-jsonschema.so,
+# C++ over valijson (header-only, Debian's libvalijson-dev) and nlohmann-json
+# (nlohmann-json3-dev), built only where both headers are installed, so that
+# pg_tide.so needs no C++; src/payload_schema.c loads it when an outbox has a
+# payload schema. Its name has a hyphen: every $libdir/pg_tide_<name>.so is
+# an endpoint module to the relay (relay/endpoints/registry.c), and this is
+# none. JSONSCHEMA= from the environment builds none.
+JSONSCHEMA_INCLUDE ?= /usr/include
+JSONSCHEMA ?= $(if $(and $(wildcard $(JSONSCHEMA_INCLUDE)/valijson/validator.hpp),$(wildcard $(JSONSCHEMA_INCLUDE)/nlohmann/json.hpp)),y)
+JSONSCHEMA_CXX = $(CXX) -std=c++17 -fPIC -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -Isrc/jsonschema
+JSONSCHEMA_OBJS = src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/magic.o
+src/jsonschema/schema.o src/jsonschema/module.o: %.o: %.cpp src/jsonschema/schema.hpp src/jsonschema/jsonschema.h
+	$(JSONSCHEMA_CXX) -c $< -o $@
+pg_tide-jsonschema$(DLSUFFIX): $(JSONSCHEMA_OBJS)
+	$(CXX) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@
+ifeq ($(JSONSCHEMA),y)
+all: pg_tide-jsonschema$(DLSUFFIX)
+install: install-jsonschema
+installcheck: test/jsonschema/conformance
+else
+all: jsonschema-report
+endif
+.PHONY: install-jsonschema jsonschema-report
+install-jsonschema: pg_tide-jsonschema$(DLSUFFIX)
+	$(INSTALL_SHLIB) $< '$(DESTDIR)$(pkglibdir)/'
+# Without the module, setting a payload schema is refused.
+jsonschema-report:
+	@echo "WARNING: pg_tide: the JSON Schema module (pg_tide-jsonschema$(DLSUFFIX)) is not built: install Debian's libvalijson-dev and nlohmann-json3-dev" >&2
+
+# The runner of the official JSON-Schema-Test-Suite (test/t/077_payload_schema.pl).
+test/jsonschema/conformance: test/jsonschema/conformance.cpp src/jsonschema/schema.cpp src/jsonschema/schema.hpp
+	$(JSONSCHEMA_CXX) -o $@ test/jsonschema/conformance.cpp src/jsonschema/schema.cpp
+EXTRA_CLEAN += $(JSONSCHEMA_OBJS) pg_tide-jsonschema$(DLSUFFIX) test/jsonschema/conformance

@@ -73,6 +73,7 @@
 #include "backpressure.h"
 #include "idempotency.h"
 #include "partitions.h"
+#include "payload_schema.h"
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_publish);
@@ -499,6 +500,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	}
 
 	publish_begin(name, &save_userid, &save_sec_context);
+	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
 	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key)[0];
 	publish_end(save_userid, save_sec_context);
 
@@ -570,6 +572,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	keys = batch_keys_arg(fcinfo, 3, count);
 
 	publish_begin(name, &save_userid, &save_sec_context);
+	TidePayloadSchemaCheck(name, headers, elems, count, true);
 	if (keys != NULL)
 		count = publish_keyed_batch(name, elems, count, keys, headers);
 	if (keys == NULL && count > 0)

@@ -20,14 +20,17 @@ log() { printf '\n== %s\n' "$*"; }
 # Debian packages the build and the tests need (pkgconf: the Makefile asks
 # pkg-config for the brokers' flags; libmicrohttpd-dev for test/receiver,
 # the webhook receiver of the TAP tests and the demo; libpg-query-dev for
-# test/sql_names, which checks the C code's SQL; the brokers' libraries and
-# servers). test/quick-start-chroot.sh checks that a clean Debian 12 needs
+# test/sql_names, which checks the C code's SQL; libvalijson-dev and
+# nlohmann-json3-dev for the JSON Schema module, and
+# libtest-json-schema-acceptance-perl for the official JSON-Schema-Test-Suite
+# its conformance runner reads; the brokers' libraries and servers). test/quick-start-chroot.sh checks that a clean Debian 12 needs
 # nothing more.
 # test/run-in-chroot.sh installs the same ones into its chroots.
 tide_packages() {
 	echo build-essential pkgconf postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR \
 		postgresql-client-$PG_MAJOR libcurl4-openssl-dev libcjson-dev libssl-dev libipc-run-perl \
-		libmicrohttpd-dev libpg-query-dev $(tide_broker_packages)
+		libmicrohttpd-dev libpg-query-dev libvalijson-dev nlohmann-json3-dev \
+		libtest-json-schema-acceptance-perl $(tide_broker_packages)
 }
 
 # The broker sinks' client libraries and libpq's (the Makefile builds a

@@ -272,6 +272,15 @@ BEGIN
 			'safe_horizon', tide._safe_horizon(),
 			'oldest_open_publish_age_seconds',
 				round(tide._oldest_open_publish_age()::numeric, 3),
+			'payload_schemas', coalesce((
+				SELECT jsonb_agg(jsonb_build_object(
+						'message_type', nullif(s.message_type, ''),
+						'draft', s.draft,
+						'updated_at', s.updated_at,
+						'updated_by', s.updated_by::text)
+						ORDER BY s.message_type)
+				  FROM tide.outbox_schemas s
+				 WHERE s.outbox_name = p_name), '[]'::jsonb),
 			'consumer_groups', coalesce((
 				SELECT jsonb_agg(jsonb_build_object(
 						'group', l.group_name,
@@ -290,6 +299,6 @@ $$
 SET search_path = pg_catalog, pg_temp
 SECURITY DEFINER;
 COMMENT ON FUNCTION tide.outbox_status(text)
-	IS 'pending count and age, newest id, consumer groups with position and lag, oldest open publishing transaction';
+	IS 'pending count and age, newest id, consumer groups with position and lag, oldest open publishing transaction, payload schemas';
 REVOKE ALL ON FUNCTION tide.outbox_status(text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide.outbox_status(text) TO tide_admin, tide_reader;

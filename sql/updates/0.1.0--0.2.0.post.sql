@@ -36,3 +36,8 @@ CREATE EVENT TRIGGER tide_capture_dropped ON sql_drop
 CREATE TRIGGER tide_outbox_config_captured
 	BEFORE DELETE ON tide.tide_outbox_config
 	FOR EACH ROW EXECUTE FUNCTION tide._capture_outbox_deleted();
+
+-- Payload schemas (sql/install_post/04_payload_schemas.sql).
+CREATE TRIGGER outbox_schemas_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON tide.outbox_schemas
+	FOR EACH STATEMENT EXECUTE FUNCTION tide._rights_changed();

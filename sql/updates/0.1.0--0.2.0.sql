@@ -205,6 +205,7 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handlers', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handler_health', '');
 
+<<<<<<< HEAD
 -- A reverse pipeline's dead letter keeps the event's id in its inbox, so
 -- that tide.relay_dlq_retry stores it there under that id (0.1.0 has no
 -- reverse pipelines: its dead letters are all forward ones, NULL).
@@ -274,3 +275,20 @@ SELECT pg_catalog.pg_extension_config_dump('tide.outbox_idempotency_keys', '');
 
 DROP FUNCTION tide.outbox_publish(text, jsonb, jsonb);
 DROP FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb);
+=======
+-- Payload schemas (sql/install/04_payload_schemas.sql).
+CREATE TABLE tide.outbox_schemas (
+	outbox_name		text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	message_type	text NOT NULL DEFAULT '',
+	schema			jsonb NOT NULL,
+	draft			text NOT NULL CHECK (draft IN ('2020-12', 'draft-07')),
+	updated_at		timestamptz NOT NULL DEFAULT now(),
+	updated_by		regrole,
+	PRIMARY KEY (outbox_name, message_type)
+);
+
+COMMENT ON TABLE tide.outbox_schemas
+	IS 'Per outbox and message type ('''' for the outbox''s default): the JSON Schema its payloads must validate against';
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_schemas', '');
+>>>>>>> h/j

@@ -1,0 +1,61 @@
+/*
+ * schema.hpp
+ *		JSON Schema compiled with valijson, in C++: what the module's C
+ *		boundary (module.cpp) and the conformance runner
+ *		(test/jsonschema/conformance.cpp) share.
+ */
+#ifndef TIDE_JSONSCHEMA_SCHEMA_HPP
+#define TIDE_JSONSCHEMA_SCHEMA_HPP
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tide_jsonschema
+{
+
+/* A schema this module refuses: not valid, or using what it cannot check. */
+class SchemaRefused : public std::runtime_error
+{
+public:
+	explicit SchemaRefused(const std::string &what) : std::runtime_error(what) {}
+};
+
+/* Where a document failed: its JSON pointer and the schema keyword. */
+struct Failure
+{
+	std::string pointer;
+	std::string keyword;
+	std::string message;
+};
+
+class CompiledSchema;
+
+/* Deletes a compiled schema (the type is complete only in schema.cpp). */
+void destroy(CompiledSchema *schema);
+
+struct CompiledSchemaDeleter
+{
+	void operator()(CompiledSchema *schema) const { destroy(schema); }
+};
+
+typedef std::unique_ptr<CompiledSchema, CompiledSchemaDeleter> SchemaPtr;
+
+/*
+ * Compiles a schema, of draft 2020-12 or draft 7 as its "$schema" says,
+ * else as default_2020 says; throws SchemaRefused (or anything valijson
+ * throws).
+ */
+SchemaPtr compile(const nlohmann::json &schema, bool default_2020);
+
+/* The draft a compiled schema follows: "draft-07" or "2020-12". */
+const char *draft_of(const CompiledSchema &schema);
+
+/* Whether document validates; fills *failure when it does not. */
+bool validate(CompiledSchema &schema, const nlohmann::json &document, Failure *failure);
+
+}								/* namespace tide_jsonschema */
+
+#endif							/* TIDE_JSONSCHEMA_SCHEMA_HPP */
