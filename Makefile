@@ -17,6 +17,7 @@ OBJS = \
 	src/outbox_rights.o \
 	src/consumer.o \
 	src/commit.o \
+	src/schedule.o \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
