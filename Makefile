@@ -27,6 +27,7 @@ OBJS = \
 	relay/flow_forward.o \
 	relay/flow_reverse.o \
 	relay/flow_handler.o \
+	relay/flow_schedule.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \
