@@ -141,12 +141,17 @@ sub percentile
 	@v = sort { $a <=> $b } @v;
 	return $v[ int($p * $#v) ];
 }
-my @late = map { first_seen($_) - $due{$_} } keys %due;
-my @wait = map { first_seen($_) - $published{$_} } keys %published;
-diag(sprintf('scheduled lateness: p50 %.3f s, max %.3f s (%d messages); published wait: p50 %.3f s, max %.3f s',
-		percentile(0.5, @late), percentile(1, @late), scalar(@late), percentile(0.5, @wait), percentile(1, @wait)));
-cmp_ok(percentile(0.5, @late), '<', 2, 'half the scheduled messages were polled within 2 s of their time');
-cmp_ok(percentile(0.5, @wait), '<', 1, 'half the published messages were polled within 1 s: not held back');
+my @late = map { first_seen($_) - $due{$_} } grep { $seen{$_} } keys %due;
+my @wait = map { first_seen($_) - $published{$_} } grep { $seen{$_} } keys %published;
+if (@late && @wait)
+{
+	diag(sprintf('scheduled lateness: p50 %.3f s, max %.3f s (%d messages); published wait: p50 %.3f s, max %.3f s',
+			percentile(0.5, @late), percentile(1, @late), scalar(@late), percentile(0.5, @wait), percentile(1, @wait)));
+}
+ok(@late == keys %due && percentile(0.5, @late) < 2,
+	'every scheduled message was polled, half of them within 2 s of their time');
+ok(@wait == keys %published && percentile(0.5, @wait) < 1,
+	'every published message was polled, half of them within 1 s: not held back');
 
 $node->stop;
 done_testing();
