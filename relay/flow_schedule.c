@@ -37,8 +37,11 @@
 #define SCHEDULE_CHUNK 1000
 /* The longest the unit goes without looking when the engine asks it to. */
 #define SCHEDULE_LOOK_MS 1000
-/* When another worker holds the due rows: look again after this. */
-#define SCHEDULE_BUSY_MS 100
+/*
+ * When due rows were left (another move holds them, their outbox is
+ * disabled or refused them for backpressure): look again after this.
+ */
+#define SCHEDULE_BUSY_MS 1000
 
 /* The rows that need a worker: due within pg_tide.sweep_interval. */
 #define SCHEDULE_WANTED \
@@ -95,8 +98,18 @@ schedule_sql_changed(RelayUnit *u)
 }
 
 /*
- * Moves one chunk of due rows in a short transaction and reads the
- * earliest deliver_at left; returns how many it moved.
+ * The next time the unit is due: the earliest deliver_at still ahead, or
+ * sooner, after SCHEDULE_BUSY_MS, when due rows were left behind.
+ */
+#define SCHEDULE_NEXT_SQL \
+	"SELECT (SELECT pg_catalog.min(s.deliver_at) FROM tide.outbox_scheduled s" \
+	"         WHERE s.deliver_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())," \
+	"       EXISTS (SELECT FROM tide.outbox_scheduled s" \
+	"                WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+
+/*
+ * Moves one chunk of due rows in a short transaction and sets when the
+ * unit is next due; returns how many it moved.
  */
 static int64
 move_chunk(RelayUnit *u)
@@ -107,7 +120,8 @@ move_chunk(RelayUnit *u)
 	Datum		args[1];
 	int64		moved = 0;
 	bool		isnull;
-	Datum		next;
+	Datum		ahead;
+	TimestampTz retry_at;
 
 	RelayBeginShortXact("pg_tide relay: moving scheduled messages");
 	SU(u)->next_at = 0;
@@ -119,14 +133,18 @@ move_chunk(RelayUnit *u)
 							 args, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not move the scheduled messages");
 		moved = TideSpiInt64(1, &isnull);
-		if (SPI_execute_plan(TidePlan(&next_plan,
-									  "SELECT pg_catalog.min(deliver_at) FROM tide.outbox_scheduled",
-									  0, NULL),
+		if (SPI_execute_plan(TidePlan(&next_plan, SCHEDULE_NEXT_SQL, 0, NULL),
 							 NULL, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read tide.outbox_scheduled");
-		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		ahead = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)
-			SU(u)->next_at = DatumGetTimestampTz(next);
+			SU(u)->next_at = DatumGetTimestampTz(ahead);
+		if (TideSpiBool(2))
+		{
+			retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULE_BUSY_MS);
+			if (SU(u)->next_at == 0 || retry_at < SU(u)->next_at)
+				SU(u)->next_at = retry_at;
+		}
 		SPI_finish();
 	}
 	RelayEndShortXact(RelayLoopContext());
@@ -158,11 +176,6 @@ schedule_step(RelayUnit *u)
 		u->look = true;
 		SU(u)->changed = true;
 		RelayWakeAt(GetCurrentTimestamp());
-	}
-	else if (SU(u)->next_at != 0 && SU(u)->next_at <= GetCurrentTimestamp())
-	{
-		/* due rows another move holds, or of a disabled outbox: not at once again */
-		SU(u)->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SCHEDULE_BUSY_MS);
 	}
 	RelayUnitOk(u);
 	RelayEndOperations(u, false);

@@ -26,16 +26,20 @@ GRANT EXECUTE ON FUNCTION tide.outbox_unschedule(text,bigint) TO tide_admin, tid
 -- Moves the due messages into their outboxes: deletes the rows and
 -- publishes each through tide.outbox_publish in the caller's transaction,
 -- so each gets its message id there and the publish tracker covers it. The
--- rows are taken in (deliver_at, id) order, at most p_limit, skipping rows
--- another move or an unschedule holds. A disabled outbox's rows wait until
--- it is enabled. Returns the number moved.
+-- rows of each outbox are taken in (deliver_at, id) order, at most p_limit
+-- in all, skipping rows another move or an unschedule holds. A disabled
+-- outbox's rows wait until it is enabled; an outbox that backpressure
+-- refuses keeps its rows (its part of the move is undone) while the other
+-- outboxes' rows move. Returns the number moved.
 CREATE OR REPLACE FUNCTION tide.outbox_release_due(p_name text DEFAULT NULL, p_limit int DEFAULT 1000)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
+	due_outbox text;
 	due record;
 	moved bigint := 0;
+	moved_here bigint;
 BEGIN
 	IF p_name IS NOT NULL THEN
 		PERFORM tide._check_name('outbox', p_name);
@@ -45,21 +49,34 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Give the most scheduled messages to move in this call, at least 1.';
 	END IF;
-	FOR due IN
-		WITH taken AS (
-			DELETE FROM tide.outbox_scheduled s
-			 WHERE s.id IN (SELECT d.id FROM tide.outbox_scheduled d
-							  JOIN tide.tide_outbox_config c ON c.outbox_name = d.outbox_name
-							 WHERE d.deliver_at <= clock_timestamp() AND c.enabled
-							   AND (p_name IS NULL OR d.outbox_name = p_name)
-							 ORDER BY d.deliver_at, d.id
-							 LIMIT p_limit
-							 FOR UPDATE OF d SKIP LOCKED)
-			RETURNING s.outbox_name, s.payload, s.headers, s.deliver_at, s.id)
-		SELECT t.outbox_name, t.payload, t.headers FROM taken t ORDER BY t.deliver_at, t.id
+	FOR due_outbox IN
+		SELECT DISTINCT d.outbox_name FROM tide.outbox_scheduled d
+		  JOIN tide.tide_outbox_config c ON c.outbox_name = d.outbox_name
+		 WHERE d.deliver_at <= clock_timestamp() AND c.enabled
+		   AND (p_name IS NULL OR d.outbox_name = p_name)
+		 ORDER BY 1
 	LOOP
-		PERFORM tide.outbox_publish(due.outbox_name, due.payload, due.headers);
-		moved := moved + 1;
+		EXIT WHEN moved >= p_limit;
+		moved_here := 0;
+		BEGIN
+			FOR due IN
+				WITH taken AS (
+					DELETE FROM tide.outbox_scheduled s
+					 WHERE s.id IN (SELECT d.id FROM tide.outbox_scheduled d
+									 WHERE d.outbox_name = due_outbox AND d.deliver_at <= clock_timestamp()
+									 ORDER BY d.deliver_at, d.id
+									 LIMIT p_limit - moved
+									 FOR UPDATE SKIP LOCKED)
+					RETURNING s.payload, s.headers, s.deliver_at, s.id)
+				SELECT t.payload, t.headers FROM taken t ORDER BY t.deliver_at, t.id
+			LOOP
+				PERFORM tide.outbox_publish(due_outbox, due.payload, due.headers);
+				moved_here := moved_here + 1;
+			END LOOP;
+		EXCEPTION WHEN configuration_limit_exceeded THEN
+			moved_here := 0;
+		END;
+		moved := moved + moved_here;
 	END LOOP;
 	RETURN moved;
 END

@@ -47,6 +47,20 @@ SELECT count(*) AS still_scheduled FROM tide.outbox_scheduled WHERE outbox_name 
 SELECT tide.outbox_enable('other');
 SELECT tide.outbox_release_due();
 
+-- an outbox that backpressure refuses keeps its rows; the others move
+SELECT tide.outbox_create('full', p_inline_threshold => 1);
+SELECT tide.create_consumer_group('full_readers', 'full');
+SELECT tide.outbox_publish('full', '{"n": 40}') > 0 AS published;
+SELECT tide.outbox_schedule('full', '{"n": 41}', p_deliver_at => now() - interval '1 second') > 0 AS scheduled;
+SELECT tide.outbox_schedule('other', '{"n": 42}', p_deliver_at => now()) > 0 AS scheduled;
+SELECT tide.outbox_release_due();
+SELECT outbox_name, payload FROM tide.outbox_scheduled ORDER BY id;
+SELECT outbox_name, payload FROM tide.tide_outbox_messages WHERE payload->>'n' IN ('40', '41', '42') ORDER BY id;
+SELECT tide.outbox_set_threshold('full', NULL);
+SELECT tide.outbox_release_due();
+SELECT count(*) AS scheduled_left FROM tide.outbox_scheduled;
+SELECT tide.outbox_drop('full');
+
 -- bad input: an error with its SQLSTATE and hint, nothing written
 SELECT pg_temp.try($$SELECT tide.outbox_schedule('nope', '{}', p_deliver_at => now())$$);
 SELECT pg_temp.try($$SELECT tide.outbox_schedule(NULL, '{}', p_deliver_at => now())$$);

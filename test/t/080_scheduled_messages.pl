@@ -5,8 +5,10 @@
 # messages published meanwhile without a schedule are not held back by
 # them. In the middle, the postmaster is killed with SIGKILL while rows
 # wait, and later the relay worker is ended with SIGTERM: the rows wait on
-# and are moved afterwards. The lateness of the scheduled messages (first
-# poll that returned each, minus its deliver_at) is printed.
+# and are moved afterwards. Last, an outbox that backpressure refuses
+# keeps its due row while the other outbox's rows move. The lateness of
+# the scheduled messages (first poll that returned each, minus its
+# deliver_at) is printed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -96,7 +98,7 @@ sub publish_round
 sub worker_pid
 {
 	my ($rc, $out) = $node->psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres'");
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_tide relay worker' AND datname = 'postgres' LIMIT 1");
 	return $rc == 0 ? $out : '';
 }
 
@@ -115,12 +117,28 @@ publish_round(2.5, 5);
 ok(poll_until_all(40), 'round 2: after the crash, every scheduled and published message was polled');
 
 # 3. The worker is ended with SIGTERM while rows wait (due in 0.5-3 s).
-ok(wait_until(sub { worker_pid() ne '' }, 20, 50_000), 'round 3: a relay worker runs');
+# (without a pipeline, a worker runs only while rows are due soon: the
+# schedule brings one)
 schedule_round(3, 100, 0.5, 3);
+ok(wait_until(sub { worker_pid() ne '' }, 20, 20_000), 'round 3: a relay worker runs');
 my $pid = worker_pid();
 sql("SELECT pg_terminate_backend($pid)") if $pid ne '';
 publish_round(3, 20);
 ok(poll_until_all(40), 'round 3: after the worker\'s SIGTERM, every scheduled and published message was polled');
+
+# 4. An outbox that backpressure refuses keeps its due row scheduled and
+# holds back no other outbox's rows; with room again, its row is moved.
+sql(q{SELECT tide.outbox_create('full', p_inline_threshold => 1);
+	  SELECT tide.create_consumer_group('full_readers', 'full');
+	  SELECT tide.outbox_publish('full', '{"n": 1}');
+	  SELECT tide.outbox_schedule('full', '{"n": 2}', p_deliver_at => now());});
+schedule_round(4, 20, 0.2, 1.5);
+ok(poll_until_all(30), 'round 4: a full outbox\'s due row holds back no other outbox\'s rows');
+is(sql(q{SELECT count(*) FROM tide.outbox_scheduled WHERE outbox_name = 'full'}), '1',
+	'round 4: the full outbox\'s row is still scheduled');
+sql(q{SELECT tide.outbox_set_threshold('full', NULL)});
+ok(wait_until(sub { sql(q{SELECT count(*) FROM tide.tide_outbox_messages WHERE outbox_name = 'full'}) eq '2' }, 20, 100_000),
+	'round 4: with room again, the full outbox\'s row is moved');
 
 # None early, each under one id, none left over, none unknown.
 my @early = grep { $seen{$_} && (sort { $a <=> $b } values %{ $seen{$_} })[0] < $due{$_} } keys %due;
