@@ -23,6 +23,7 @@ OBJS = \
 	src/capture_options.o \
 	src/capture_admin.o \
 	src/capture_backfill.o \
+	src/schedule.o \
 	relay/backend.o \
 	relay/launcher.o \
 	relay/worker.o \
@@ -32,6 +33,7 @@ OBJS = \
 	relay/flow_forward.o \
 	relay/flow_reverse.o \
 	relay/flow_handler.o \
+	relay/flow_schedule.o \
 	relay/pipelines.o \
 	relay/xact.o \
 	relay/lease.o \

@@ -184,7 +184,7 @@ typedef void (*RelayAfterCommitFn) (void *arg);
 
 typedef struct RelayFlowRoutine
 {
-	const char *name;			/* "forward", "reverse", "handler": for the log */
+	const char *name;			/* "forward", "reverse", "handler", "schedule": for the log */
 	const char *unit_noun;		/* what the log calls a unit: "pipeline", "inbox handler" */
 
 	/*
@@ -197,11 +197,17 @@ typedef struct RelayFlowRoutine
 
 	/*
 	 * The flow's table of units in schema tide, with a boolean column
-	 * "enabled": a worker leaves a database in which no flow's table has an
-	 * enabled row, and a change of the table must ask the launcher to look
-	 * again (on_demand.c).
+	 * "enabled" (or the condition units_wanted): a worker leaves a database
+	 * in which no flow's table has such a row, and a change of the table
+	 * must ask the launcher to look again (on_demand.c).
 	 */
 	const char *units_table;
+
+	/*
+	 * The condition on units_table's rows that needs a worker, in SQL
+	 * (schema-qualified operators); NULL: "enabled".
+	 */
+	const char *units_wanted;
 
 	/*
 	 * Reads the flow's enabled rows from its catalog table, in the engine's
@@ -330,6 +336,7 @@ typedef struct RelayFlowRoutine
 extern const RelayFlowRoutine RelayForwardFlow;	/* flow_forward.c */
 extern const RelayFlowRoutine RelayReverseFlow;	/* flow_reverse.c */
 extern const RelayFlowRoutine RelayHandlerFlow;	/* flow_handler.c */
+extern const RelayFlowRoutine RelayScheduleFlow;	/* flow_schedule.c */
 
 /* flows.c: every flow, NULL-ended: the engine's only list of them. */
 #define RELAY_MAX_FLOWS 8

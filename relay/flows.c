@@ -12,5 +12,6 @@ const RelayFlowRoutine *const RelayFlows[] = {
 	&RelayForwardFlow,
 	&RelayReverseFlow,
 	&RelayHandlerFlow,
+	&RelayScheduleFlow,
 	NULL
 };

@@ -87,8 +87,9 @@ no_enabled_unit(void)
 				break;
 			}
 			if (plans[i] == NULL)
-				TidePlan(&plans[i], psprintf("SELECT NOT EXISTS (SELECT FROM tide.%s WHERE enabled)",
-											 quote_identifier(table)),
+				TidePlan(&plans[i], psprintf("SELECT NOT EXISTS (SELECT FROM tide.%s WHERE %s)",
+											 quote_identifier(table),
+											 RelayFlows[i]->units_wanted ? RelayFlows[i]->units_wanted : "enabled"),
 						 0, NULL);
 			if (SPI_execute_plan(plans[i], NULL, NULL, true, 1) != SPI_OK_SELECT)
 				elog(ERROR, "could not read tide.%s", table);

@@ -205,7 +205,6 @@ SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handlers', '');
 
 SELECT pg_catalog.pg_extension_config_dump('tide.relay_inbox_handler_health', '');
 
-<<<<<<< HEAD
 -- A reverse pipeline's dead letter keeps the event's id in its inbox, so
 -- that tide.relay_dlq_retry stores it there under that id (0.1.0 has no
 -- reverse pipelines: its dead letters are all forward ones, NULL).
@@ -275,7 +274,7 @@ SELECT pg_catalog.pg_extension_config_dump('tide.outbox_idempotency_keys', '');
 
 DROP FUNCTION tide.outbox_publish(text, jsonb, jsonb);
 DROP FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb);
-=======
+
 -- Payload schemas (sql/install/04_payload_schemas.sql).
 CREATE TABLE tide.outbox_schemas (
 	outbox_name		text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
@@ -291,4 +290,34 @@ COMMENT ON TABLE tide.outbox_schemas
 	IS 'Per outbox and message type ('''' for the outbox''s default): the JSON Schema its payloads must validate against';
 
 SELECT pg_catalog.pg_extension_config_dump('tide.outbox_schemas', '');
->>>>>>> h/j
+-- ---------------------------------------------------------------------------
+-- Scheduled messages (docs/scheduled-messages.md). A scheduled message is
+-- not in the outbox before its time: it waits here, and a move
+-- (tide.outbox_release_due, the relay) deletes it and publishes it into the
+-- outbox in one transaction, where it gets its message id. Its own
+-- sequence keeps a schedule's id from ever being taken for a message's.
+-- ---------------------------------------------------------------------------
+
+CREATE SEQUENCE tide.outbox_scheduled_id_seq;
+
+CREATE TABLE tide.outbox_scheduled (
+	id				bigint PRIMARY KEY DEFAULT nextval('tide.outbox_scheduled_id_seq'),
+	outbox_name		text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
+	deliver_at		timestamptz NOT NULL,
+	payload			jsonb NOT NULL,
+	headers			jsonb,
+	scheduled_by	regrole NOT NULL,
+	scheduled_at	timestamptz NOT NULL DEFAULT now()
+);
+
+ALTER SEQUENCE tide.outbox_scheduled_id_seq OWNED BY tide.outbox_scheduled.id;
+
+COMMENT ON TABLE tide.outbox_scheduled
+	IS 'Messages scheduled for later delivery, moved into their outbox at deliver_at';
+
+-- The moves take the due rows in this order.
+CREATE INDEX outbox_scheduled_due ON tide.outbox_scheduled (deliver_at, id);
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_scheduled', '');
+
+SELECT pg_catalog.pg_extension_config_dump('tide.outbox_scheduled_id_seq', '');

@@ -1,0 +1,88 @@
+-- ---------------------------------------------------------------------------
+-- Scheduled messages (docs/scheduled-messages.md): tide.outbox_schedule and
+-- tide.outbox_unschedule in C (src/schedule.c), the move here.
+-- ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION tide.outbox_schedule(p_name text, p_payload jsonb,
+												p_headers jsonb DEFAULT NULL,
+												p_deliver_at timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'tide_outbox_schedule';
+COMMENT ON FUNCTION tide.outbox_schedule(text, jsonb, jsonb, timestamptz)
+	IS 'schedules a message for delivery at or after p_deliver_at; returns the schedule''s id';
+REVOKE ALL ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz) TO tide_admin, tide_publisher;
+
+CREATE OR REPLACE FUNCTION tide.outbox_unschedule(p_name text, p_id bigint)
+RETURNS boolean
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'tide_outbox_unschedule';
+COMMENT ON FUNCTION tide.outbox_unschedule(text, bigint)
+	IS 'removes a scheduled message that has not been moved into its outbox; returns whether it did';
+REVOKE ALL ON FUNCTION tide.outbox_unschedule(text,bigint) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_unschedule(text,bigint) TO tide_admin, tide_publisher;
+
+-- Moves the due messages into their outboxes: deletes the rows and
+-- publishes each through tide.outbox_publish in the caller's transaction,
+-- so each gets its message id there and the publish tracker covers it. The
+-- rows of each outbox are taken in (deliver_at, id) order, at most p_limit
+-- in all, skipping rows another move or an unschedule holds. A disabled
+-- outbox's rows wait until it is enabled; an outbox that backpressure
+-- refuses keeps its rows (its part of the move is undone) while the other
+-- outboxes' rows move. Returns the number moved.
+CREATE OR REPLACE FUNCTION tide.outbox_release_due(p_name text DEFAULT NULL, p_limit int DEFAULT 1000)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	due_outbox text;
+	due record;
+	moved bigint := 0;
+	moved_here bigint;
+BEGIN
+	IF p_name IS NOT NULL THEN
+		PERFORM tide._check_name('outbox', p_name);
+	END IF;
+	IF p_limit IS NULL OR p_limit <= 0 THEN
+		RAISE EXCEPTION 'limit must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the most scheduled messages to move in this call, at least 1.';
+	END IF;
+	FOR due_outbox IN
+		SELECT DISTINCT d.outbox_name FROM tide.outbox_scheduled d
+		  JOIN tide.tide_outbox_config c ON c.outbox_name = d.outbox_name
+		 WHERE d.deliver_at <= clock_timestamp() AND c.enabled
+		   AND (p_name IS NULL OR d.outbox_name = p_name)
+		 ORDER BY 1
+	LOOP
+		EXIT WHEN moved >= p_limit;
+		moved_here := 0;
+		BEGIN
+			FOR due IN
+				WITH taken AS (
+					DELETE FROM tide.outbox_scheduled s
+					 WHERE s.id IN (SELECT d.id FROM tide.outbox_scheduled d
+									 WHERE d.outbox_name = due_outbox AND d.deliver_at <= clock_timestamp()
+									 ORDER BY d.deliver_at, d.id
+									 LIMIT p_limit - moved
+									 FOR UPDATE SKIP LOCKED)
+					RETURNING s.payload, s.headers, s.deliver_at, s.id)
+				SELECT t.payload, t.headers FROM taken t ORDER BY t.deliver_at, t.id
+			LOOP
+				PERFORM tide.outbox_publish(due_outbox, due.payload, due.headers);
+				moved_here := moved_here + 1;
+			END LOOP;
+		EXCEPTION WHEN configuration_limit_exceeded THEN
+			moved_here := 0;
+		END;
+		moved := moved + moved_here;
+	END LOOP;
+	RETURN moved;
+END
+$$
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION tide.outbox_release_due(text, int)
+	IS 'moves the scheduled messages that are due (of one outbox, or of all) into their outboxes; returns the number moved';
+REVOKE ALL ON FUNCTION tide.outbox_release_due(text,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_release_due(text,integer) TO tide_admin;
