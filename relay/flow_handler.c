@@ -95,10 +95,14 @@ handler_read(RelayFlowReading *reading)
 		MemoryContext cxt;
 		RelayUnitReading *r;
 		HandlerReading *h;
+		MemoryContext spi_cxt;
 
 		if (!reading->reopen && RelayUnitIsCurrent(&RelayHandlerFlow, name, md5))
 		{
-			reading->kept = lappend(reading->kept, MemoryContextStrdup(reading->cxt, name));
+			/* the lists live in the reading's context, not SPI's (freed below) */
+			spi_cxt = MemoryContextSwitchTo(reading->cxt);
+			reading->kept = lappend(reading->kept, pstrdup(name));
+			MemoryContextSwitchTo(spi_cxt);
 			continue;
 		}
 		cxt = AllocSetContextCreate(reading->cxt, "pg_tide inbox handler", ALLOCSET_SMALL_SIZES);
@@ -109,7 +113,9 @@ handler_read(RelayFlowReading *reading)
 		r->config_md5 = MemoryContextStrdup(cxt, md5);
 		r->state = h;
 		r->cxt = cxt;
+		spi_cxt = MemoryContextSwitchTo(reading->cxt);
 		reading->units = lappend(reading->units, r);
+		MemoryContextSwitchTo(spi_cxt);
 	}
 	SPI_finish();
 }

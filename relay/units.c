@@ -369,6 +369,8 @@ RelayReadUnits(RelayWorkerSlot *slot)
 		{
 			readings[f].cxt = loop_cxt;
 			readings[f].reopen = reopen_readings;
+			/* what a flow allocates without choosing lives until the reading is done */
+			MemoryContextSwitchTo(loop_cxt);
 			RelayFlows[f]->read(&readings[f]);
 			MemoryContextSwitchTo(loop_cxt);
 			has_work |= readings[f].any_enabled;

@@ -37,6 +37,7 @@ use PgTide::Mosquitto;
 use PgTide::NatsServer;
 use PgTide::Redis;
 use JSON::PP;
+use Encode qw(encode);
 
 my $json = JSON::PP->new->canonical;
 my $node = tide_node('cloudevents', "pg_tide.relay_naptime_ms = 100\n");
@@ -57,8 +58,9 @@ sub set_pipeline
 sub publish
 {
 	my ($outbox, $payload, $headers) = @_;
-	my $id = sql("SELECT tide.outbox_publish('$outbox', '" . $json->encode($payload) . "', '"
-		  . $json->encode($headers) . "')");
+	# as UTF-8 bytes, whatever the Perl string's inner form (psql reads bytes)
+	my $id = sql("SELECT tide.outbox_publish('$outbox', '" . encode('UTF-8', $json->encode($payload)) . "', '"
+		  . encode('UTF-8', $json->encode($headers)) . "')");
 	my $time = sql("SELECT to_json(created_at) #>> '{}' FROM tide.tide_outbox_messages WHERE id = $id");
 	return ($id, $time);
 }
