@@ -358,7 +358,10 @@ pointer_token(const std::string &name)
 	return token;
 }
 
-/* The JSON pointer of valijson's context: "<root>", then "[name]" or "[index]" each. */
+/*
+ * The JSON pointer of valijson's context: "<root>", then "[name]" or
+ * "[index]" each (valijson 1.0), or "[\"name\"]" for a property (1.1 on).
+ */
 static std::string
 pointer_of(const std::vector<std::string> &context)
 {
@@ -366,7 +369,13 @@ pointer_of(const std::vector<std::string> &context)
 
 	for (const std::string &part : context)
 		if (part.size() >= 2 && part.front() == '[' && part.back() == ']')
-			pointer += "/" + pointer_token(part.substr(1, part.size() - 2));
+		{
+			std::string token = part.substr(1, part.size() - 2);
+
+			if (token.size() >= 2 && token.front() == '"' && token.back() == '"')
+				token = token.substr(1, token.size() - 2);
+			pointer += "/" + pointer_token(token);
+		}
 	return pointer;
 }
 
