@@ -43,9 +43,9 @@
  */
 #define SCHEDULE_BUSY_MS 1000
 
-/* The rows that need a worker: due within pg_tide.sweep_interval. */
+/* The rows that need a worker: due within pg_tide.sweep_interval, not refused. */
 #define SCHEDULE_WANTED \
-	"deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)" \
+	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)" \
 	" pg_catalog.current_setting('pg_tide.sweep_interval')::pg_catalog.interval)"
 
 /* The schedule flow's state of its unit, kept across readings. */
@@ -103,9 +103,11 @@ schedule_sql_changed(RelayUnit *u)
  */
 #define SCHEDULE_NEXT_SQL \
 	"SELECT (SELECT pg_catalog.min(s.deliver_at) FROM tide.outbox_scheduled s" \
-	"         WHERE s.deliver_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())," \
+	"         WHERE s.refused_at IS NULL" \
+	"           AND s.deliver_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())," \
 	"       EXISTS (SELECT FROM tide.outbox_scheduled s" \
-	"                WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+	"                WHERE s.refused_at IS NULL" \
+	"                  AND s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
 
 /*
  * Moves one chunk of due rows in a short transaction and sets when the

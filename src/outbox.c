@@ -74,6 +74,7 @@
 #include "idempotency.h"
 #include "partitions.h"
 #include "payload_schema.h"
+#include "publish_args.h"
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_publish);
@@ -139,8 +140,8 @@ static SPIPlanPtr admit_plan_without_levels = NULL;
 	"  ORDER BY p.n FOR KEY SHARE OF c"
 
 /* The outbox name argument, validated. */
-static char *
-outbox_name_arg(FunctionCallInfo fcinfo)
+char *
+TideOutboxNameArg(FunctionCallInfo fcinfo)
 {
 	char	   *name = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 
@@ -149,8 +150,8 @@ outbox_name_arg(FunctionCallInfo fcinfo)
 }
 
 /* Refuses a JSON value that is not an object; `what` names it in the message. */
-static void
-require_object(Jsonb *value, const char *what)
+void
+TideRequireObject(Jsonb *value, const char *what)
 {
 	if (!JB_ROOT_IS_OBJECT(value))
 		ereport(ERROR,
@@ -160,15 +161,15 @@ require_object(Jsonb *value, const char *what)
 }
 
 /* The optional headers argument at `argno`, validated; NULL when absent. */
-static Jsonb *
-headers_arg(FunctionCallInfo fcinfo, int argno)
+Jsonb *
+TideHeadersArg(FunctionCallInfo fcinfo, int argno)
 {
 	Jsonb	   *headers;
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
 	headers = PG_GETARG_JSONB_P(argno);
-	require_object(headers, "headers");
+	TideRequireObject(headers, "headers");
 	return headers;
 }
 
@@ -379,8 +380,8 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
  * becomes the catalog's owner for the writes (src/outbox_rights.c). An
  * error on the way resets the user with the (sub)transaction.
  */
-static void
-publish_begin(const char *name, Oid *save_userid, int *save_sec_context)
+void
+TidePublishBegin(const char *name, Oid *save_userid, int *save_sec_context)
 {
 	GetUserIdAndSecContext(save_userid, save_sec_context);
 	SPI_connect();
@@ -388,9 +389,9 @@ publish_begin(const char *name, Oid *save_userid, int *save_sec_context)
 	TideCheckPublishRight(*save_userid, name);
 }
 
-/* Ends what publish_begin started. */
-static void
-publish_end(Oid save_userid, int save_sec_context)
+/* Ends what TidePublishBegin started. */
+void
+TidePublishEnd(Oid save_userid, int save_sec_context)
 {
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec_context);
@@ -482,16 +483,16 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	int			save_sec_context;
 
 	TideRequirePreload();
-	name = outbox_name_arg(fcinfo);
+	name = TideOutboxNameArg(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("payload must not be null"),
 				 errhint("Publish a JSON object; use {} for an empty message.")));
 	payload = PG_GETARG_JSONB_P(1);
-	require_object(payload, "payload");
+	TideRequireObject(payload, "payload");
 	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
-	headers = headers_arg(fcinfo, 2);
+	headers = TideHeadersArg(fcinfo, 2);
 	/* A 0.1.0 catalog's function has no key argument. */
 	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
 	{
@@ -499,10 +500,10 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 		IdempotencyCheckKey(key, 0);
 	}
 
-	publish_begin(name, &save_userid, &save_sec_context);
+	TidePublishBegin(name, &save_userid, &save_sec_context);
 	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
 	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key)[0];
-	publish_end(save_userid, save_sec_context);
+	TidePublishEnd(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
 }
@@ -529,7 +530,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	int			save_sec_context;
 
 	TideRequirePreload();
-	name = outbox_name_arg(fcinfo);
+	name = TideOutboxNameArg(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -549,7 +550,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 						   ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads))),
 				 errhint("Split the array into batches of at most %d; they may share one transaction.",
 						 TIDE_MAX_BATCH_MESSAGES)));
-	headers = headers_arg(fcinfo, 2);
+	headers = TideHeadersArg(fcinfo, 2);
 
 	get_typlenbyvalalign(JSONBOID, &typlen, &typbyval, &typalign);
 	deconstruct_array(payloads, JSONBOID, typlen, typbyval, typalign,
@@ -571,7 +572,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 
 	keys = batch_keys_arg(fcinfo, 3, count);
 
-	publish_begin(name, &save_userid, &save_sec_context);
+	TidePublishBegin(name, &save_userid, &save_sec_context);
 	TidePayloadSchemaCheck(name, headers, elems, count, true);
 	if (keys != NULL)
 		count = publish_keyed_batch(name, elems, count, keys, headers);
@@ -583,7 +584,7 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 
 		outbox_admit(name, 0, &span);	/* publishes nothing, but checks the outbox */
 	}
-	publish_end(save_userid, save_sec_context);
+	TidePublishEnd(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(count);
 }

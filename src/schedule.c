@@ -19,7 +19,9 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "payload_schema.h"
 #include "pg_tide.h"
+#include "publish_args.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_schedule);
 PG_FUNCTION_INFO_V1(tide_outbox_unschedule);
@@ -44,48 +46,6 @@ static SPIPlanPtr wake_plan = NULL;
 #define UNSCHEDULE_SQL \
 	"DELETE FROM tide.outbox_scheduled s" \
 	" WHERE s.outbox_name OPERATOR(pg_catalog.=) $1 AND s.id OPERATOR(pg_catalog.=) $2"
-
-/* Refuses a JSON value that is not an object; `what` names it in the message. */
-static void
-require_json_object(Jsonb *value, const char *what)
-{
-	if (!JB_ROOT_IS_OBJECT(value))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a JSON object", what),
-				 errhint("Wrap the value in an object, for example {\"value\": ...}.")));
-}
-
-/* The outbox name at argument 0, validated. */
-static char *
-schedule_outbox_arg(FunctionCallInfo fcinfo)
-{
-	char	   *name = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
-
-	TideValidateName("outbox", name);
-	return name;
-}
-
-/*
- * Connects SPI, checks the caller's right to publish to the outbox and
- * becomes the catalog's owner, as a publish does.
- */
-static void
-schedule_begin(const char *name, Oid *save_userid, int *save_sec_context)
-{
-	GetUserIdAndSecContext(save_userid, save_sec_context);
-	SPI_connect();
-	SetUserIdAndSecContext(TideCatalogOwner(), *save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	TideCheckPublishRight(*save_userid, name);
-}
-
-/* Ends what schedule_begin started. */
-static void
-schedule_end(Oid save_userid, int save_sec_context)
-{
-	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-}
 
 /* The error for an outbox that took no scheduled row: missing or disabled. */
 static void
@@ -123,6 +83,7 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char	   *name;
 	Jsonb	   *payload;
+	Jsonb	   *headers;
 	TimestampTz deliver_at;
 	Oid			save_userid;
 	int			save_sec_context;
@@ -130,17 +91,16 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 	int64		id;
 
 	TideRequirePreload();
-	name = schedule_outbox_arg(fcinfo);
+	name = TideOutboxNameArg(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("payload must not be null"),
 				 errhint("Schedule a JSON object; use {} for an empty message.")));
 	payload = PG_GETARG_JSONB_P(1);
-	require_json_object(payload, "payload");
+	TideRequireObject(payload, "payload");
 	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
-	if (!PG_ARGISNULL(2))
-		require_json_object(PG_GETARG_JSONB_P(2), "headers");
+	headers = TideHeadersArg(fcinfo, 2);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -153,12 +113,14 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 				 errmsg("deliver_at must be a finite time"),
 				 errhint("A message scheduled for infinity would never be delivered; give a time.")));
 
-	schedule_begin(name, &save_userid, &save_sec_context);
+	TidePublishBegin(name, &save_userid, &save_sec_context);
+	/* a payload its outbox's schema refuses is refused now, not at its move */
+	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
 	args[0] = CStringGetTextDatum(name);
 	args[1] = TimestampTzGetDatum(deliver_at);
 	args[2] = JsonbPGetDatum(payload);
-	args[3] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	if (PG_ARGISNULL(2))
+	args[3] = headers ? JsonbPGetDatum(headers) : (Datum) 0;
+	if (headers == NULL)
 		nulls[3] = 'n';
 	args[4] = ObjectIdGetDatum(save_userid);
 	if (SPI_execute_plan(TidePlan(&schedule_plan, SCHEDULE_SQL, 5, types),
@@ -171,7 +133,7 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 	if (SPI_execute_plan(TidePlan(&wake_plan, "SELECT tide._relay_wake_worker()", 0, NULL),
 						 NULL, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not ask the relay to look at the schedule");
-	schedule_end(save_userid, save_sec_context);
+	TidePublishEnd(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);
 }
@@ -192,21 +154,21 @@ tide_outbox_unschedule(PG_FUNCTION_ARGS)
 	bool		removed;
 
 	TideRequirePreload();
-	name = schedule_outbox_arg(fcinfo);
+	name = TideOutboxNameArg(fcinfo);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("schedule id must not be null"),
 				 errhint("Give the id tide.outbox_schedule() returned.")));
 
-	schedule_begin(name, &save_userid, &save_sec_context);
+	TidePublishBegin(name, &save_userid, &save_sec_context);
 	args[0] = CStringGetTextDatum(name);
 	args[1] = PG_GETARG_DATUM(1);
 	if (SPI_execute_plan(TidePlan(&unschedule_plan, UNSCHEDULE_SQL, 2, types),
 						 args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not unschedule a message of outbox \"%s\"", name);
 	removed = SPI_processed > 0;
-	schedule_end(save_userid, save_sec_context);
+	TidePublishEnd(save_userid, save_sec_context);
 
 	PG_RETURN_BOOL(removed);
 }

@@ -27,10 +27,13 @@ GRANT EXECUTE ON FUNCTION tide.outbox_unschedule(text,bigint) TO tide_admin, tid
 -- publishes each through tide.outbox_publish in the caller's transaction,
 -- so each gets its message id there and the publish tracker covers it. The
 -- rows of each outbox are taken in (deliver_at, id) order, at most p_limit
--- in all, skipping rows another move or an unschedule holds. A disabled
--- outbox's rows wait until it is enabled; an outbox that backpressure
--- refuses keeps its rows (its part of the move is undone) while the other
--- outboxes' rows move. Returns the number moved.
+-- in all, skipping rows another move or an unschedule holds, each in a
+-- subtransaction of its own. A disabled outbox's rows wait until it is
+-- enabled; an outbox that backpressure refuses keeps its remaining rows for
+-- a later move while the other outboxes' rows move; a row the outbox
+-- refuses (a payload schema set since it was scheduled) is kept with
+-- refused_at and refused_reason and not moved again. Returns the number
+-- moved.
 CREATE OR REPLACE FUNCTION tide.outbox_release_due(p_name text DEFAULT NULL, p_limit int DEFAULT 1000)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -39,7 +42,10 @@ DECLARE
 	due_outbox text;
 	due record;
 	moved bigint := 0;
-	moved_here bigint;
+	row_payload jsonb;
+	row_headers jsonb;
+	refusal text;
+	refusal_state text;
 BEGIN
 	IF p_name IS NOT NULL THEN
 		PERFORM tide._check_name('outbox', p_name);
@@ -52,31 +58,39 @@ BEGIN
 	FOR due_outbox IN
 		SELECT DISTINCT d.outbox_name FROM tide.outbox_scheduled d
 		  JOIN tide.tide_outbox_config c ON c.outbox_name = d.outbox_name
-		 WHERE d.deliver_at <= clock_timestamp() AND c.enabled
+		 WHERE d.deliver_at <= clock_timestamp() AND d.refused_at IS NULL AND c.enabled
 		   AND (p_name IS NULL OR d.outbox_name = p_name)
 		 ORDER BY 1
 	LOOP
 		EXIT WHEN moved >= p_limit;
-		moved_here := 0;
-		BEGIN
-			FOR due IN
-				WITH taken AS (
-					DELETE FROM tide.outbox_scheduled s
-					 WHERE s.id IN (SELECT d.id FROM tide.outbox_scheduled d
-									 WHERE d.outbox_name = due_outbox AND d.deliver_at <= clock_timestamp()
-									 ORDER BY d.deliver_at, d.id
-									 LIMIT p_limit - moved
-									 FOR UPDATE SKIP LOCKED)
-					RETURNING s.payload, s.headers, s.deliver_at, s.id)
-				SELECT t.payload, t.headers FROM taken t ORDER BY t.deliver_at, t.id
-			LOOP
-				PERFORM tide.outbox_publish(due_outbox, due.payload, due.headers);
-				moved_here := moved_here + 1;
-			END LOOP;
-		EXCEPTION WHEN configuration_limit_exceeded THEN
-			moved_here := 0;
-		END;
-		moved := moved + moved_here;
+		-- each row in a subtransaction of its own: a row the outbox refuses
+		-- (its payload schema, changed since) is kept aside, and backpressure
+		-- leaves the outbox's rows for a later move; neither stops the others
+		FOR due IN
+			SELECT d.id FROM tide.outbox_scheduled d
+			 WHERE d.outbox_name = due_outbox AND d.deliver_at <= clock_timestamp()
+			   AND d.refused_at IS NULL
+			 ORDER BY d.deliver_at, d.id
+			 LIMIT p_limit - moved
+			 FOR UPDATE SKIP LOCKED
+		LOOP
+			BEGIN
+				DELETE FROM tide.outbox_scheduled s WHERE s.id = due.id
+				RETURNING s.payload, s.headers INTO row_payload, row_headers;
+				PERFORM tide.outbox_publish(due_outbox, row_payload, row_headers);
+				moved := moved + 1;
+			EXCEPTION
+				WHEN configuration_limit_exceeded THEN
+					EXIT;
+				WHEN data_exception OR integrity_constraint_violation THEN
+					GET STACKED DIAGNOSTICS refusal = MESSAGE_TEXT, refusal_state = RETURNED_SQLSTATE;
+					UPDATE tide.outbox_scheduled
+					   SET refused_at = clock_timestamp(), refused_reason = refusal_state || ': ' || refusal
+					 WHERE id = due.id;
+					RAISE WARNING 'scheduled message % of outbox "%" was refused at its move: %', due.id, due_outbox, refusal
+						USING HINT = 'It stays in tide.outbox_scheduled with refused_at set and is not moved again; tide.outbox_unschedule() removes it.';
+			END;
+		END LOOP;
 	END LOOP;
 	RETURN moved;
 END

@@ -15,7 +15,11 @@ CREATE TABLE tide.outbox_scheduled (
 	payload			jsonb NOT NULL,
 	headers			jsonb,
 	scheduled_by	regrole NOT NULL,
-	scheduled_at	timestamptz NOT NULL DEFAULT now()
+	scheduled_at	timestamptz NOT NULL DEFAULT now(),
+	-- a row its outbox refused at its move (a payload schema set since it
+	-- was scheduled): kept, no longer moved, until unscheduled
+	refused_at		timestamptz,
+	refused_reason	text
 );
 
 ALTER SEQUENCE tide.outbox_scheduled_id_seq OWNED BY tide.outbox_scheduled.id;

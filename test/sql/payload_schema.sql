@@ -94,6 +94,24 @@ SELECT tide.outbox_set_schema('ps_plain', NULL, '{"type": "object"}');
 SELECT tide.outbox_drop_schema('ps_plain', NULL);
 RESET ROLE;
 
+-- scheduled messages: a payload the schema refuses is refused when it is
+-- scheduled; one refused at its move (the schema set after it) is kept
+-- aside with the reason, and the outbox's other due rows still move
+SELECT tide.outbox_create('ps_later');
+SELECT tide.outbox_set_schema('ps_later', NULL, '{"required": ["n"]}');
+SELECT pg_temp.try($$SELECT tide.outbox_schedule('ps_later', '{"x": 1}', NULL, now())$$);
+SELECT tide.outbox_drop_schema('ps_later');
+SELECT tide.outbox_schedule('ps_later', '{"n": 1}', NULL, now() - interval '2 seconds') > 0 AS first;
+SELECT tide.outbox_schedule('ps_later', '{"x": 2}', NULL, now() - interval '1 second') > 0 AS second;
+SELECT tide.outbox_schedule('ps_later', '{"n": 3}', NULL, now()) > 0 AS third;
+SELECT tide.outbox_set_schema('ps_later', NULL, '{"required": ["n"]}');
+SELECT tide.outbox_release_due('ps_later') AS moved;
+SELECT payload FROM tide.tide_outbox_messages WHERE outbox_name = 'ps_later' ORDER BY id;
+SELECT payload, refused_at IS NOT NULL AS refused, refused_reason
+  FROM tide.outbox_scheduled WHERE outbox_name = 'ps_later';
+SELECT tide.outbox_release_due('ps_later') AS moved_again;
+SELECT tide.outbox_drop('ps_later');
+
 -- dropping the outbox drops its schemas
 SELECT tide.outbox_drop('ps_orders');
 SELECT tide.outbox_drop('ps_plain');
