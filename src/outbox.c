@@ -160,6 +160,27 @@ TideRequireObject(Jsonb *value, const char *what)
 				 errhint("Wrap the value in an object, for example {\"value\": ...}.")));
 }
 
+/*
+ * The payload argument at `argno`: not null, an object, within
+ * pg_tide.max_payload_bytes; `verb` ("Publish", "Schedule") begins the
+ * hint of a null one.
+ */
+Jsonb *
+TidePayloadArg(FunctionCallInfo fcinfo, int argno, const char *verb)
+{
+	Jsonb	   *payload;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null"),
+				 errhint("%s a JSON object; use {} for an empty message.", verb)));
+	payload = PG_GETARG_JSONB_P(argno);
+	TideRequireObject(payload, "payload");
+	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
+	return payload;
+}
+
 /* The optional headers argument at `argno`, validated; NULL when absent. */
 Jsonb *
 TideHeadersArg(FunctionCallInfo fcinfo, int argno)
@@ -484,14 +505,7 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 
 	TideRequirePreload();
 	name = TideOutboxNameArg(fcinfo);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("payload must not be null"),
-				 errhint("Publish a JSON object; use {} for an empty message.")));
-	payload = PG_GETARG_JSONB_P(1);
-	TideRequireObject(payload, "payload");
-	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
+	payload = TidePayloadArg(fcinfo, 1, "Publish");
 	headers = TideHeadersArg(fcinfo, 2);
 	/* A 0.1.0 catalog's function has no key argument. */
 	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))

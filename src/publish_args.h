@@ -20,6 +20,12 @@ extern char *TideOutboxNameArg(FunctionCallInfo fcinfo);
 /* Refuses (22023) a JSON value that is not an object; `what` names it. */
 extern void TideRequireObject(Jsonb *value, const char *what);
 
+/*
+ * The payload at argument `argno`: not null (22004, the hint beginning with
+ * `verb`), an object, within pg_tide.max_payload_bytes.
+ */
+extern Jsonb *TidePayloadArg(FunctionCallInfo fcinfo, int argno, const char *verb);
+
 /* The optional headers at argument `argno`, an object; NULL when absent. */
 extern Jsonb *TideHeadersArg(FunctionCallInfo fcinfo, int argno);
 

@@ -92,14 +92,7 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 
 	TideRequirePreload();
 	name = TideOutboxNameArg(fcinfo);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("payload must not be null"),
-				 errhint("Schedule a JSON object; use {} for an empty message.")));
-	payload = PG_GETARG_JSONB_P(1);
-	TideRequireObject(payload, "payload");
-	TideCheckPayloadSize(VARSIZE(payload) - VARHDRSZ, 0);
+	payload = TidePayloadArg(fcinfo, 1, "Schedule");
 	headers = TideHeadersArg(fcinfo, 2);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
