@@ -113,6 +113,7 @@ chroot_create() {
 # (PostgreSQL's dynamic shared memory must not meet the host's).
 chroot_mount() {
 	local dir=$1
+	chroot_clear_stale_mounts "$dir"
 	mount -t proc proc "$dir/proc"
 	chroot_mounted+=("$dir/proc")
 	mount -t sysfs sysfs "$dir/sys"
@@ -121,6 +122,20 @@ chroot_mount() {
 	chroot_mounted+=("$dir/dev")
 	mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$dir/dev/shm"
 	chroot_mounted+=("$dir/dev/shm")
+}
+
+# Unmounts what a run killed before its EXIT trap left mounted in chroot
+# $1 (a second mount on top would fail with "already mounted", exit 32).
+# Runs in one chroot never overlap, so whatever is there is stale.
+chroot_clear_stale_mounts() {
+	local dir=$1 m
+	chroot_stop_processes "$dir"
+	for m in dev/shm dev sys proc; do
+		if mountpoint -q "$dir/$m"; then
+			echo "unmounting $dir/$m, left by an earlier run"
+			umount "$dir/$m" 2>/dev/null || umount -l "$dir/$m"
+		fi
+	done
 }
 
 # Stops the processes still running inside chroot $1 (a server a failed
