@@ -24,7 +24,9 @@ SELECT g.group_name,
 	   (SELECT count(*) FROM tide.tide_consumer_offsets o
 		 WHERE o.group_name = g.group_name) AS consumers,
 	   (SELECT count(*) FROM tide.tide_consumer_leases l
-		 WHERE l.group_name = g.group_name AND l.expires_at > clock_timestamp()) AS active_leases
+		 WHERE l.group_name = g.group_name AND l.expires_at > clock_timestamp()) AS active_leases,
+	   (SELECT coalesce(sum(o.expired), 0) FROM tide.tide_consumer_offsets o
+		 WHERE o.group_name = g.group_name)::bigint AS expired
   FROM tide.tide_consumer_groups g,
 	   LATERAL (SELECT least(g.leased_upto,
 							 (SELECT min(l.lease_start) - 1 FROM tide.tide_consumer_leases l
@@ -41,7 +43,7 @@ SELECT g.group_name,
 						   AND (rc.config -> 'allow_other_consumers') IS DISTINCT FROM 'true'::jsonb));
 
 COMMENT ON VIEW tide.consumer_lag
-	IS 'per consumer group: committed position, newest message id, messages still to read; a role that is not a reader sees the groups it may consume from';
+	IS 'per consumer group: committed position, newest message id, messages still to read, expired messages its polls passed; a role that is not a reader sees the groups it may consume from';
 
 -- Both directions' pipelines: a forward pipeline's position is its
 -- consumer group's row of relay_consumer_offsets, a reverse one's the row of

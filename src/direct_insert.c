@@ -16,8 +16,8 @@
  * a generated or identity column, a column it does not know, or an index
  * other than one plain btree on (outbox_name, id).
  *
- * The row is what the INSERT writes: id, outbox_name, payload and headers
- * as given, created_at the column default now() (the transaction's start),
+ * The row is what the INSERT writes: id, outbox_name, payload, headers and
+ * expires_at as given, created_at the column default now() (the transaction's start),
  * consumed_at and consumer_group null. heap_insert moves a large payload
  * to TOAST, logs the row (for logical decoding too) and counts it for the
  * statistics; the command counter moves on afterwards, as it does after
@@ -47,11 +47,13 @@ typedef enum MessageColumn
 	COL_OUTBOX_NAME,
 	COL_PAYLOAD,
 	COL_HEADERS,
+	COL_EXPIRES_AT,
 	COL_CREATED_AT,
 	COL_NULL,					/* consumed_at, consumer_group: null */
 	COL_UNKNOWN
 } MessageColumn;
 
+/* Which column of a message row `att` is; COL_UNKNOWN for one this file does not write. */
 static MessageColumn
 column_of(Form_pg_attribute att)
 {
@@ -67,6 +69,8 @@ column_of(Form_pg_attribute att)
 		return COL_PAYLOAD;
 	if (strcmp(name, "headers") == 0)
 		return COL_HEADERS;
+	if (strcmp(name, "expires_at") == 0 && !att->attnotnull && !att->atthasdef)
+		return COL_EXPIRES_AT;
 	if (strcmp(name, "created_at") == 0 && att->atthasdef)
 		return COL_CREATED_AT;
 	if ((strcmp(name, "consumed_at") == 0 || strcmp(name, "consumer_group") == 0) &&
@@ -114,8 +118,13 @@ message_index(Relation rel, AttrNumber outbox_att, AttrNumber id_att)
 	return NULL;
 }
 
+/*
+ * Inserts message `id` into table `relid` when the table is of the shape
+ * this file writes; false, having written nothing, when it is not.
+ */
 bool
-TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers, bool headers_null)
+TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers, bool headers_null,
+				 Datum expires_at, bool expires_at_null)
 {
 	Relation	rel = table_open(relid, RowExclusiveLock);
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -156,6 +165,10 @@ TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers
 			case COL_HEADERS:
 				values[i] = headers;
 				nulls[i] = headers_null;
+				continue;
+			case COL_EXPIRES_AT:
+				values[i] = expires_at;
+				nulls[i] = expires_at_null;
 				continue;
 			case COL_CREATED_AT:
 				values[i] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());

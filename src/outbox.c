@@ -37,7 +37,10 @@
  *	  remembers.
  *
  * A publish with an idempotency key inserts its message only if it claims
- * the key, between steps 2 or 3 and the INSERT (src/idempotency.c).
+ * the key, between steps 2 or 3 and the INSERT (src/idempotency.c). A
+ * publish with an expiry writes it into expires_at; one without names no
+ * such column, so it costs nothing and a 0.1.0 catalog, which has none,
+ * takes it.
  *
  * Messages name their outbox without a foreign key (a key share lock on the
  * config row per message would make concurrent publishers share it through
@@ -68,6 +71,7 @@
 #include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/timestamp.h"
 
 #include "admission_cache.h"
 #include "backpressure.h"
@@ -79,6 +83,7 @@
 
 PG_FUNCTION_INFO_V1(tide_outbox_publish);
 PG_FUNCTION_INFO_V1(tide_outbox_publish_batch);
+PG_FUNCTION_INFO_V1(tide_outbox_publish_moved);
 
 static SPIPlanPtr admit_plan = NULL;
 static SPIPlanPtr admit_plan_without_levels = NULL;
@@ -115,29 +120,45 @@ static SPIPlanPtr admit_plan_without_levels = NULL;
 /*
  * The INSERTs into the table named by %s (in schema tide; partitions.c):
  * $1 outbox, $2 payload (jsonb[] for a batch), $3 headers, $5 the id
- * (bigint[] for a batch). Under READ COMMITTED the admission was decided
- * before (step 2 at the top of the file); under REPEATABLE READ the INSERT
- * reads and locks the config row itself.
+ * (bigint[] for a batch), $9 the expiry, named only by the plans of a
+ * publish that has one (EXPIRY_COLUMN, EXPIRY_VALUE). Under READ COMMITTED
+ * the admission was decided before (step 2 at the top of the file); under
+ * REPEATABLE READ the INSERT reads and locks the config row itself.
  */
-#define INSERT_ONE_SQL \
-	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers) VALUES ($5, $1, $2, $3)"
-#define INSERT_BATCH_SQL \
-	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
-	" SELECT p.id, $1, p.payload, $3" \
+#define EXPIRY_COLUMN ", expires_at"
+#define EXPIRY_VALUE ", $9"
+#define INSERT_ONE_SQL(column, value) \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers" column ")" \
+	" VALUES ($5, $1, $2, $3" value ")"
+#define INSERT_BATCH_SQL(column, value) \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers" column ")" \
+	" SELECT p.id, $1, p.payload, $3" value \
 	"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5)) WITH ORDINALITY AS p (payload, id, n)" \
 	"  ORDER BY p.n"
-#define INSERT_ONE_LOCKING_SQL \
-	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
-	" SELECT $5, c.outbox_name, $2, $3 FROM tide.tide_outbox_config c" \
+#define INSERT_ONE_LOCKING_SQL(column, value) \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers" column ")" \
+	" SELECT $5, c.outbox_name, $2, $3" value " FROM tide.tide_outbox_config c" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
 	"  FOR KEY SHARE OF c"
-#define INSERT_BATCH_LOCKING_SQL \
-	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers)" \
-	" SELECT p.id, c.outbox_name, p.payload, $3" \
+#define INSERT_BATCH_LOCKING_SQL(column, value) \
+	"INSERT INTO tide.\"%s\" (id, outbox_name, payload, headers" column ")" \
+	" SELECT p.id, c.outbox_name, p.payload, $3" value \
 	"   FROM tide.tide_outbox_config c," \
 	"        ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($5)) WITH ORDINALITY AS p (payload, id, n)" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND " ADMITTED_BY_BOUND \
 	"  ORDER BY p.n FOR KEY SHARE OF c"
+
+/* The INSERTs of a publish, by batch, locking and expiry (insert_plan's index). */
+static const char *const insert_sql[PUBLISH_PLANS] = {
+	INSERT_ONE_SQL("", ""),
+	INSERT_ONE_LOCKING_SQL("", ""),
+	INSERT_BATCH_SQL("", ""),
+	INSERT_BATCH_LOCKING_SQL("", ""),
+	INSERT_ONE_SQL(EXPIRY_COLUMN, EXPIRY_VALUE),
+	INSERT_ONE_LOCKING_SQL(EXPIRY_COLUMN, EXPIRY_VALUE),
+	INSERT_BATCH_SQL(EXPIRY_COLUMN, EXPIRY_VALUE),
+	INSERT_BATCH_LOCKING_SQL(EXPIRY_COLUMN, EXPIRY_VALUE),
+};
 
 /* The outbox name argument, validated. */
 char *
@@ -192,6 +213,31 @@ TideHeadersArg(FunctionCallInfo fcinfo, int argno)
 	headers = PG_GETARG_JSONB_P(argno);
 	TideRequireObject(headers, "headers");
 	return headers;
+}
+
+/*
+ * The optional expiry at argument `argno` into *expiry; false when it is
+ * null, or absent from the function of an older catalog. An expiry not
+ * after the publish's clock_timestamp() is refused: the message would be
+ * expired when it is written.
+ */
+bool
+TideExpiryArg(FunctionCallInfo fcinfo, int argno, TimestampTz *expiry)
+{
+	TimestampTz now;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	*expiry = PG_GETARG_TIMESTAMPTZ(argno);
+	now = GetCurrentTimestamp();
+	if (*expiry <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("expires_at must be after the time of the publish"),
+				 errdetail("expires_at is %s; the time is %s.",
+						   timestamptz_to_str(*expiry), timestamptz_to_str(now)),
+				 errhint("Give a time still ahead, or no expires_at for a message that does not expire.")));
+	return true;
 }
 
 /*
@@ -273,20 +319,15 @@ admit_and_remember(const char *name, int64 n)
 
 /* The saved INSERT of a target table, prepared on first use. */
 static SPIPlanPtr
-insert_plan(PublishTarget *target, bool batch, bool locking)
+insert_plan(PublishTarget *target, bool batch, bool locking, bool expiring)
 {
-	Oid			types[8] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID,
-	batch ? INT8ARRAYOID : INT8OID, INT8OID, INT8OID, INT8OID};
-	int			which = (batch ? 2 : 0) + (locking ? 1 : 0);
-	char	   *sql;
+	Oid			types[9] = {TEXTOID, batch ? JSONBARRAYOID : JSONBOID, JSONBOID, BOOLOID,
+		batch ? INT8ARRAYOID : INT8OID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID};
+	int			which = (expiring ? 4 : 0) + (batch ? 2 : 0) + (locking ? 1 : 0);
 
 	if (target->plans[which] != NULL)
 		return target->plans[which];
-	if (batch)
-		sql = psprintf(locking ? INSERT_BATCH_LOCKING_SQL : INSERT_BATCH_SQL, target->table);
-	else
-		sql = psprintf(locking ? INSERT_ONE_LOCKING_SQL : INSERT_ONE_SQL, target->table);
-	return TidePlan(&target->plans[which], sql, 8, types);
+	return TidePlan(&target->plans[which], psprintf(insert_sql[which], target->table), 9, types);
 }
 
 /*
@@ -315,14 +356,15 @@ admit_under_lock(const char *name, int64 n, PublishTarget *target, int64 first, 
  * by the slow path (see the top of the file). `payload` is one jsonb, or a
  * jsonb[] of n for a batch. Returns their ids. With an idempotency `key`
  * (one message), the message goes in only if it claims the key; otherwise
- * the id returned is the one the key published (src/idempotency.c).
+ * the id returned is the one the key published (src/idempotency.c). Every
+ * message expires at `expiry` unless it is NULL.
  */
 static int64 *
 insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *headers,
-				const char *key)
+				const char *key, const TimestampTz *expiry)
 {
-	Datum		args[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64	   *ids = palloc(sizeof(int64) * n);
 	bool		locking = IsolationUsesXactSnapshot();
 	uint64		generation = AdmissionGeneration();
@@ -345,7 +387,7 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	for (int64 i = 0; i < n; i++)
 		ids[i] = TrackerNextMessageId();
 	target = PartitionTargetFor(ids[0], ids[n - 1]);
-	plan = insert_plan(target, batch, locking);
+	plan = insert_plan(target, batch, locking, expiry != NULL);
 	if (!locking)
 		admit_under_lock(name, n, target, ids[0], ids[n - 1], generation, admitted, position, span);
 	else if (!admitted && ids[0] <= position)
@@ -377,10 +419,14 @@ insert_messages(const char *name, Datum payload, bool batch, int64 n, Jsonb *hea
 	args[5] = Int64GetDatum(position);
 	args[6] = Int64GetDatum(ids[n - 1]);
 	args[7] = Int64GetDatum(span);
+	args[8] = expiry ? TimestampTzGetDatum(*expiry) : (Datum) 0;
+	if (expiry == NULL)
+		nulls[8] = 'n';
 
 	/* READ COMMITTED, admitted above: one message goes in without the executor when it can */
 	if (!batch && !locking &&
-		TideDirectInsert(target->relid, ids[0], args[0], payload, args[2], headers == NULL))
+		TideDirectInsert(target->relid, ids[0], args[0], payload, args[2], headers == NULL,
+						 args[8], expiry == NULL))
 		return ids;
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
@@ -464,7 +510,8 @@ batch_keys_arg(FunctionCallInfo fcinfo, int argno, int count)
  * Returns how many it published.
  */
 static int
-publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Jsonb *headers)
+publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Jsonb *headers,
+					const TimestampTz *expiry)
 {
 	bool	   *publish = IdempotencyClaimBatch(name, keys, count);
 	Datum	   *kept = palloc(sizeof(Datum) * count);
@@ -483,14 +530,34 @@ publish_keyed_batch(const char *name, Datum *elems, int count, char **keys, Json
 		return 0;
 	ids = insert_messages(name, PointerGetDatum(construct_array(kept, nkept, JSONBOID, -1, false,
 																 TYPALIGN_INT)),
-						  true, nkept, headers, NULL);
+						  true, nkept, headers, NULL, expiry);
 	IdempotencyRecordBatch(name, kept_keys, ids, nkept);
 	return nkept;
 }
 
 /*
- * SQL: tide.outbox_publish(p_name, p_payload, p_headers, p_idempotency_key)
- * returns the new id, or the id an earlier publish of the key published
+ * One message's publish once its arguments are checked: the right to
+ * publish, the payload schema, the insert. Returns its id.
+ */
+static int64
+publish_one(const char *name, Jsonb *payload, Jsonb *headers, const char *key,
+			const TimestampTz *expiry)
+{
+	int64		id;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	TidePublishBegin(name, &save_userid, &save_sec_context);
+	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
+	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key, expiry)[0];
+	TidePublishEnd(save_userid, save_sec_context);
+	return id;
+}
+
+/*
+ * SQL: tide.outbox_publish(p_name, p_payload, p_headers, p_idempotency_key,
+ * p_expires_at) returns the new id, or the id an earlier publish of the key
+ * published
  */
 Datum
 tide_outbox_publish(PG_FUNCTION_ARGS)
@@ -499,9 +566,8 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 	Jsonb	   *payload;
 	Jsonb	   *headers;
 	char	   *key = NULL;
-	int64		id;
-	Oid			save_userid;
-	int			save_sec_context;
+	TimestampTz expiry;
+	bool		expiring;
 
 	TideRequirePreload();
 	name = TideOutboxNameArg(fcinfo);
@@ -513,19 +579,39 @@ tide_outbox_publish(PG_FUNCTION_ARGS)
 		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
 		IdempotencyCheckKey(key, 0);
 	}
+	expiring = TideExpiryArg(fcinfo, 4, &expiry);
 
-	TidePublishBegin(name, &save_userid, &save_sec_context);
-	TidePayloadSchemaCheck(name, headers, (Datum[]) {JsonbPGetDatum(payload)}, 1, false);
-	id = insert_messages(name, JsonbPGetDatum(payload), false, 1, headers, key)[0];
-	TidePublishEnd(save_userid, save_sec_context);
+	PG_RETURN_INT64(publish_one(name, payload, headers, key, expiring ? &expiry : NULL));
+}
 
-	PG_RETURN_INT64(id);
+/*
+ * SQL: tide._outbox_publish_moved(p_name, p_payload, p_headers,
+ * p_expires_at), the publish of a scheduled message at its move: an expiry
+ * already past is kept, and the message expires where it is read.
+ */
+Datum
+tide_outbox_publish_moved(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *payload;
+	Jsonb	   *headers;
+	TimestampTz expiry;
+
+	TideRequirePreload();
+	name = TideOutboxNameArg(fcinfo);
+	payload = TidePayloadArg(fcinfo, 1, "Publish");
+	headers = TideHeadersArg(fcinfo, 2);
+	if (!PG_ARGISNULL(3))
+		expiry = PG_GETARG_TIMESTAMPTZ(3);
+
+	PG_RETURN_INT64(publish_one(name, payload, headers, NULL, PG_ARGISNULL(3) ? NULL : &expiry));
 }
 
 /*
  * SQL: tide.outbox_publish_batch(p_name, p_payloads, p_headers,
- * p_idempotency_keys) returns the number published. Every payload and key
- * is checked before anything is written; ids follow the array's order.
+ * p_idempotency_keys, p_expires_at) returns the number published. Every
+ * payload and key, and the expiry, is checked before anything is written;
+ * ids follow the array's order.
  */
 Datum
 tide_outbox_publish_batch(PG_FUNCTION_ARGS)
@@ -537,6 +623,8 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	bool	   *elem_nulls;
 	int			count;
 	char	  **keys;
+	TimestampTz expiry;
+	bool		expiring;
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
@@ -585,13 +673,15 @@ tide_outbox_publish_batch(PG_FUNCTION_ARGS)
 	}
 
 	keys = batch_keys_arg(fcinfo, 3, count);
+	expiring = TideExpiryArg(fcinfo, 4, &expiry);
 
 	TidePublishBegin(name, &save_userid, &save_sec_context);
 	TidePayloadSchemaCheck(name, headers, elems, count, true);
 	if (keys != NULL)
-		count = publish_keyed_batch(name, elems, count, keys, headers);
+		count = publish_keyed_batch(name, elems, count, keys, headers, expiring ? &expiry : NULL);
 	if (keys == NULL && count > 0)
-		insert_messages(name, PointerGetDatum(payloads), true, count, headers, NULL);
+		insert_messages(name, PointerGetDatum(payloads), true, count, headers, NULL,
+						expiring ? &expiry : NULL);
 	else if (count == 0)
 	{
 		int64		span;

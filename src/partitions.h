@@ -7,8 +7,8 @@
 
 #include "executor/spi.h"
 
-/* One message, or a batch; each with or without FOR KEY SHARE. */
-#define PUBLISH_PLANS 4
+/* One message, or a batch; each with or without FOR KEY SHARE and an expiry. */
+#define PUBLISH_PLANS 8
 
 typedef struct PublishTarget
 {

@@ -83,7 +83,7 @@ extern bool TideLockOwnLease(Datum group, Datum consumer, int64 *start, int64 *e
 
 /* direct_insert.c: one message into a child table without the executor; false: use SQL */
 extern bool TideDirectInsert(Oid relid, int64 id, Datum outbox, Datum payload, Datum headers,
-							 bool headers_null);
+							 bool headers_null, Datum expires_at, bool expires_at_null);
 
 /* commit.c: acknowledging a consumer's lease, as its owner (under SPI) */
 extern void TideCommitOffset(Datum group, Datum consumer, bool last_isnull, int64 last);

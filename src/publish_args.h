@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
 /* The outbox name at argument 0, validated (TideValidateName). */
@@ -28,6 +29,12 @@ extern Jsonb *TidePayloadArg(FunctionCallInfo fcinfo, int argno, const char *ver
 
 /* The optional headers at argument `argno`, an object; NULL when absent. */
 extern Jsonb *TideHeadersArg(FunctionCallInfo fcinfo, int argno);
+
+/*
+ * The optional expiry at argument `argno` into *expiry, refused (22023)
+ * when not after clock_timestamp(); false when absent.
+ */
+extern bool TideExpiryArg(FunctionCallInfo fcinfo, int argno, TimestampTz *expiry);
 
 /*
  * Connects SPI, checks that the caller may publish to the outbox and

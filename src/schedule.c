@@ -35,8 +35,8 @@ static SPIPlanPtr wake_plan = NULL;
  * publish would: the refusal is told apart below.
  */
 #define SCHEDULE_SQL \
-	"INSERT INTO tide.outbox_scheduled (outbox_name, deliver_at, payload, headers, scheduled_by)" \
-	" SELECT c.outbox_name, $2, $3, $4, $5::pg_catalog.regrole FROM tide.tide_outbox_config c" \
+	"INSERT INTO tide.outbox_scheduled (outbox_name, deliver_at, payload, headers, scheduled_by, expires_at)" \
+	" SELECT c.outbox_name, $2, $3, $4, $5::pg_catalog.regrole, $6 FROM tide.tide_outbox_config c" \
 	"  WHERE c.outbox_name OPERATOR(pg_catalog.=) $1 AND c.enabled" \
 	" RETURNING id"
 
@@ -71,20 +71,22 @@ refuse_outbox(const char *name)
 }
 
 /*
- * SQL: tide.outbox_schedule(p_name, p_payload, p_headers, p_deliver_at)
- * returns the schedule's id. A time already past is kept too: the next
- * move publishes it, so the answer is always a schedule's id.
+ * SQL: tide.outbox_schedule(p_name, p_payload, p_headers, p_deliver_at,
+ * p_expires_at) returns the schedule's id. A time already past is kept
+ * too: the next move publishes it, so the answer is always a schedule's
+ * id. The expiry is carried into the message at its move.
  */
 Datum
 tide_outbox_schedule(PG_FUNCTION_ARGS)
 {
-	Oid			types[5] = {TEXTOID, TIMESTAMPTZOID, JSONBOID, JSONBOID, OIDOID};
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[6] = {TEXTOID, TIMESTAMPTZOID, JSONBOID, JSONBOID, OIDOID, TIMESTAMPTZOID};
+	Datum		args[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', 'n'};
 	char	   *name;
 	Jsonb	   *payload;
 	Jsonb	   *headers;
 	TimestampTz deliver_at;
+	TimestampTz expiry;
 	Oid			save_userid;
 	int			save_sec_context;
 	bool		isnull;
@@ -105,6 +107,18 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("deliver_at must be a finite time"),
 				 errhint("A message scheduled for infinity would never be delivered; give a time.")));
+	if (TideExpiryArg(fcinfo, 4, &expiry))
+	{
+		if (expiry <= deliver_at)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at must be after deliver_at"),
+					 errdetail("expires_at is %s; deliver_at is %s.",
+							   timestamptz_to_str(expiry), timestamptz_to_str(deliver_at)),
+					 errhint("A message that expires before its time would never be delivered; give a later expires_at.")));
+		args[5] = TimestampTzGetDatum(expiry);
+		nulls[5] = ' ';
+	}
 
 	TidePublishBegin(name, &save_userid, &save_sec_context);
 	/* a payload its outbox's schema refuses is refused now, not at its move */
@@ -116,7 +130,7 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 	if (headers == NULL)
 		nulls[3] = 'n';
 	args[4] = ObjectIdGetDatum(save_userid);
-	if (SPI_execute_plan(TidePlan(&schedule_plan, SCHEDULE_SQL, 5, types),
+	if (SPI_execute_plan(TidePlan(&schedule_plan, SCHEDULE_SQL, 6, types),
 						 args, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not schedule a message for outbox \"%s\"", name);
 	if (SPI_processed == 0)

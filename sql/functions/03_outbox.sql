@@ -198,28 +198,45 @@ GRANT EXECUTE ON FUNCTION tide.outbox_disable(text) TO tide_admin;
 
 -- p_idempotency_key: a second publish of the key to the outbox within its
 -- idempotency_window returns the first message's id and writes nothing
--- (docs/publishing.md).
+-- (docs/publishing.md). p_expires_at: after it the message is passed, not
+-- delivered (docs/scheduled-messages.md#expiring-messages).
 CREATE OR REPLACE FUNCTION tide.outbox_publish(p_name text, p_payload jsonb, p_headers jsonb DEFAULT NULL,
-											   p_idempotency_key text DEFAULT NULL)
+											   p_idempotency_key text DEFAULT NULL,
+											   p_expires_at timestamptz DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_outbox_publish'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text)
+COMMENT ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text, timestamptz)
 	IS 'publishes one message inside the caller''s transaction; returns its id, or the id of the message an earlier publish of the idempotency key published';
-REVOKE ALL ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text) TO tide_admin, tide_publisher;
+REVOKE ALL ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text,timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text,jsonb,jsonb,text,timestamptz) TO tide_admin, tide_publisher;
 
 -- p_idempotency_keys: one key (or NULL) per payload; a payload whose key
--- was published within the window is left out.
+-- was published within the window is left out. p_expires_at: one expiry
+-- for every message of the batch.
 CREATE OR REPLACE FUNCTION tide.outbox_publish_batch(p_name text, p_payloads jsonb[], p_headers jsonb DEFAULT NULL,
-													 p_idempotency_keys text[] DEFAULT NULL)
+													 p_idempotency_keys text[] DEFAULT NULL,
+													 p_expires_at timestamptz DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tide_outbox_publish_batch'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb, text[])
+COMMENT ON FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb, text[], timestamptz)
 	IS 'publishes many messages in array order inside the caller''s transaction, leaving out those whose idempotency key was published; returns how many it published';
-REVOKE ALL ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[]) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[]) TO tide_admin, tide_publisher;
+REVOKE ALL ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[],timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish_batch(text,jsonb[],jsonb,text[],timestamptz) TO tide_admin, tide_publisher;
+
+-- The publish of a scheduled message at its move (tide.outbox_release_due):
+-- tide.outbox_publish, except that an expiry already past is kept, so that
+-- the message expires in the outbox as any other (docs/scheduled-messages.md).
+CREATE OR REPLACE FUNCTION tide._outbox_publish_moved(p_name text, p_payload jsonb, p_headers jsonb,
+													  p_expires_at timestamptz)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tide_outbox_publish_moved'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tide._outbox_publish_moved(text, jsonb, jsonb, timestamptz)
+	IS 'publishes a scheduled message at its move, keeping an expiry already past';
+REVOKE ALL ON FUNCTION tide._outbox_publish_moved(text,jsonb,jsonb,timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._outbox_publish_moved(text,jsonb,jsonb,timestamptz) TO tide_admin;
 
 CREATE OR REPLACE FUNCTION tide.outbox_set_idempotency_window(p_name text, p_window interval)
 RETURNS void

@@ -5,14 +5,15 @@
 
 CREATE OR REPLACE FUNCTION tide.outbox_schedule(p_name text, p_payload jsonb,
 												p_headers jsonb DEFAULT NULL,
-												p_deliver_at timestamptz DEFAULT NULL)
+												p_deliver_at timestamptz DEFAULT NULL,
+												p_expires_at timestamptz DEFAULT NULL)
 RETURNS bigint
 LANGUAGE C
 AS 'MODULE_PATHNAME', 'tide_outbox_schedule';
-COMMENT ON FUNCTION tide.outbox_schedule(text, jsonb, jsonb, timestamptz)
-	IS 'schedules a message for delivery at or after p_deliver_at; returns the schedule''s id';
-REVOKE ALL ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz) TO tide_admin, tide_publisher;
+COMMENT ON FUNCTION tide.outbox_schedule(text, jsonb, jsonb, timestamptz, timestamptz)
+	IS 'schedules a message for delivery at or after p_deliver_at, passed instead after p_expires_at; returns the schedule''s id';
+REVOKE ALL ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz,timestamptz) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide.outbox_schedule(text,jsonb,jsonb,timestamptz,timestamptz) TO tide_admin, tide_publisher;
 
 CREATE OR REPLACE FUNCTION tide.outbox_unschedule(p_name text, p_id bigint)
 RETURNS boolean
@@ -44,6 +45,7 @@ DECLARE
 	moved bigint := 0;
 	row_payload jsonb;
 	row_headers jsonb;
+	row_expires_at timestamptz;
 	refusal text;
 	refusal_state text;
 BEGIN
@@ -76,8 +78,9 @@ BEGIN
 		LOOP
 			BEGIN
 				DELETE FROM tide.outbox_scheduled s WHERE s.id = due.id
-				RETURNING s.payload, s.headers INTO row_payload, row_headers;
-				PERFORM tide.outbox_publish(due_outbox, row_payload, row_headers);
+				RETURNING s.payload, s.headers, s.expires_at INTO row_payload, row_headers, row_expires_at;
+				-- an expiry past by now is kept: the message expires in the outbox
+				PERFORM tide._outbox_publish_moved(due_outbox, row_payload, row_headers, row_expires_at);
 				moved := moved + 1;
 			EXCEPTION
 				WHEN configuration_limit_exceeded THEN

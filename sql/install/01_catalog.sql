@@ -54,7 +54,9 @@ CREATE TABLE tide.tide_outbox_messages (
 	headers			jsonb,
 	created_at		timestamptz NOT NULL DEFAULT now(),
 	consumed_at		timestamptz,
-	consumer_group	text
+	consumer_group	text,
+	-- after it, the message is passed, not delivered (docs/scheduled-messages.md)
+	expires_at		timestamptz
 );
 
 ALTER SEQUENCE tide.tide_outbox_messages_id_seq OWNED BY tide.tide_outbox_messages.id;
@@ -109,6 +111,8 @@ CREATE TABLE tide.tide_consumer_offsets (
 	consumer_id			text NOT NULL,
 	committed_offset	bigint NOT NULL DEFAULT 0,
 	last_heartbeat		timestamptz NOT NULL DEFAULT now(),
+	-- expired messages this consumer's polls passed (docs/scheduled-messages.md)
+	expired				bigint NOT NULL DEFAULT 0,
 	PRIMARY KEY (group_name, consumer_id)
 );
 

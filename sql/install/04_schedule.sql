@@ -19,7 +19,9 @@ CREATE TABLE tide.outbox_scheduled (
 	-- a row its outbox refused at its move (a payload schema set since it
 	-- was scheduled): kept, no longer moved, until unscheduled
 	refused_at		timestamptz,
-	refused_reason	text
+	refused_reason	text,
+	-- carried into the message at its move
+	expires_at		timestamptz
 );
 
 ALTER SEQUENCE tide.outbox_scheduled_id_seq OWNED BY tide.outbox_scheduled.id;

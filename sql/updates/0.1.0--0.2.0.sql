@@ -275,6 +275,14 @@ SELECT pg_catalog.pg_extension_config_dump('tide.outbox_idempotency_keys', '');
 DROP FUNCTION tide.outbox_publish(text, jsonb, jsonb);
 DROP FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb);
 
+-- Expiring messages (docs/scheduled-messages.md): a nullable column, so no
+-- rewrite; it reaches the child tables of tide_outbox_messages through
+-- inheritance. A consumer's count of the expired messages its polls passed.
+-- tide.outbox_publish and tide.outbox_publish_batch gain p_expires_at: the
+-- 0.1.0 signatures are dropped above, the new ones created with the functions.
+ALTER TABLE tide.tide_outbox_messages ADD COLUMN expires_at timestamptz;
+ALTER TABLE tide.tide_consumer_offsets ADD COLUMN expired bigint NOT NULL DEFAULT 0;
+
 -- Payload schemas (sql/install/04_payload_schemas.sql).
 CREATE TABLE tide.outbox_schemas (
 	outbox_name		text NOT NULL REFERENCES tide.tide_outbox_config (outbox_name) ON DELETE CASCADE,
@@ -311,7 +319,9 @@ CREATE TABLE tide.outbox_scheduled (
 	-- a row its outbox refused at its move (a payload schema set since it
 	-- was scheduled): kept, no longer moved, until unscheduled
 	refused_at		timestamptz,
-	refused_reason	text
+	refused_reason	text,
+	-- carried into the message at its move
+	expires_at		timestamptz
 );
 
 ALTER SEQUENCE tide.outbox_scheduled_id_seq OWNED BY tide.outbox_scheduled.id;

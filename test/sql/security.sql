@@ -31,7 +31,7 @@ CREATE ROLE regress_sec_member IN ROLE tide_publisher, regress_sec_team;
 -- NOINHERIT: its own privileges to call outbox_publish, none of regress_sec_team's
 CREATE ROLE regress_sec_noinherit NOINHERIT IN ROLE regress_sec_team;
 GRANT USAGE ON SCHEMA tide TO regress_sec_noinherit;
-GRANT EXECUTE ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text) TO regress_sec_noinherit;
+GRANT EXECUTE ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text, timestamptz) TO regress_sec_noinherit;
 CREATE ROLE regress_sec_consumer IN ROLE tide_consumer;
 CREATE ROLE regress_sec_reader IN ROLE tide_reader;
 CREATE ROLE regress_sec_nobody;
@@ -465,7 +465,7 @@ SELECT tide.outbox_drop('sec_orders');
 SELECT tide.outbox_drop('sec_more');
 SELECT tide.outbox_drop('sec_evil');
 SELECT count(*) AS consume_grants_left FROM tide.outbox_consume_grants;
-REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text) FROM regress_sec_noinherit;
+REVOKE ALL ON FUNCTION tide.outbox_publish(text, jsonb, jsonb, text, timestamptz) FROM regress_sec_noinherit;
 REVOKE ALL ON FUNCTION tide.poll_outbox(text, text, int, int, bigint) FROM regress_sec_noinherit;
 REVOKE ALL ON SCHEMA tide FROM regress_sec_noinherit;
 DROP ROLE regress_sec_app, regress_sec_member, regress_sec_noinherit, regress_sec_team,
