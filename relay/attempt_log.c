@@ -180,10 +180,10 @@ void
 RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[12] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID,
-	TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, INT4OID};
-	Datum		values[12];
-	char		nulls[12] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', 'n', ' ', 'n', ' ', ' '};
+	Oid			argtypes[13] = {TEXTOID, INT4OID, INT4OID, INT4OID, TEXTOID, TEXTOID, INT8ARRAYOID,
+	TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, INT4OID, INT4OID};
+	Datum		values[13];
+	char		nulls[13] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', 'n', ' ', 'n', ' ', ' ', ' '};
 	Datum	   *exhausted = palloc(sizeof(Datum) * Max(s->n, 1));
 	Datum	   *classes = palloc(sizeof(Datum) * Max(s->n, 1));
 	int			nexhausted = 0;
@@ -191,6 +191,7 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 	int			successes = 0;
 	int			retried = 0;
 	int			dead = 0;
+	int			expired = 0;
 	int			i;
 
 	for (i = 0; i < s->n; i++)
@@ -200,6 +201,8 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 		/* a dead letter counts even without an attempt (record_each.c's bare one) */
 		if (s->disp[i] == RELAY_DEAD)
 			dead++;
+		if (o->outcome == RELAY_EXPIRED)
+			expired++;
 		if (s->attempt_no[i] <= 0)
 			continue;
 		if (o->outcome == RELAY_DELIVERED)
@@ -237,9 +240,10 @@ RelayRecordHealth(const RelayPipeline *p, const RelaySettlement *s)
 	}
 	values[10] = Int32GetDatum(retried);
 	values[11] = Int32GetDatum(dead);
+	values[12] = Int32GetDatum(expired);
 	if (SPI_execute_plan(TidePlan(&plan,
-								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-								  12, argtypes),
+								  "SELECT tide._relay_after_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+								  13, argtypes),
 						 values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not record the health of pipeline \"%s\"", p->name);
 }

@@ -146,6 +146,17 @@ retry_delay_ms(const RelayPipeline *p, int attempts, long wait_ms)
 	return delay;
 }
 
+/*
+ * Whether a message was passed over without being sent: not for the
+ * pipeline (its routing), or expired. Its fate is known, and it is no
+ * attempt.
+ */
+static bool
+passed_over(RelayOutcome o)
+{
+	return o == RELAY_FILTERED || o == RELAY_EXPIRED;
+}
+
 /* Whether a message's attempt failed in a way the message itself answers for. */
 static bool
 message_failed(RelayOutcome o)
@@ -252,7 +263,7 @@ pace_batch(const RelayPipeline *p, RelayUnit *u, const RelayDeliveryResult *r, i
 	for (int i = 0; i < n; i++)
 		if (r->each[i].outcome == RELAY_DELIVERED)
 			nsucceeded++;
-		else if (r->each[i].outcome != RELAY_NOT_SENT && r->each[i].outcome != RELAY_FILTERED)
+		else if (r->each[i].outcome != RELAY_NOT_SENT && !passed_over(r->each[i].outcome))
 			nfailed++;
 	RelayPacingAfterBatch(p, &FW(u)->pacing, nsucceeded + nfailed, nfailed, nsucceeded);
 }
@@ -310,7 +321,7 @@ settle_batch(const RelayPipeline *p, RelayUnit *u, const RelayMessage *msgs, int
 
 	/* Every request made is an attempt; a message held at counts its holds. */
 	for (i = 0; i < n; i++)
-		if (r.each[i].outcome != RELAY_NOT_SENT && r.each[i].outcome != RELAY_FILTERED)
+		if (r.each[i].outcome != RELAY_NOT_SENT && !passed_over(r.each[i].outcome))
 		{
 			s.attempt_no[i] = msgs[i].attempts + 1 +
 				(!from_queue && u->holds > 0 && msgs[i].id == FW(u)->held_at ? u->holds : 0);
@@ -339,7 +350,7 @@ settle_batch(const RelayPipeline *p, RelayUnit *u, const RelayMessage *msgs, int
 	else
 		for (settled = 0; settled < n; settled++)
 			if (r.each[settled].outcome != RELAY_DELIVERED &&
-				r.each[settled].outcome != RELAY_FILTERED &&
+				!passed_over(r.each[settled].outcome) &&
 				!message_failed(r.each[settled].outcome) && !parked[settled])
 				break;
 
@@ -349,6 +360,13 @@ settle_batch(const RelayPipeline *p, RelayUnit *u, const RelayMessage *msgs, int
 
 		if (o->outcome == RELAY_DELIVERED)
 			s.disp[i] = from_queue ? RELAY_DONE : RELAY_KEEP;
+		else if (o->outcome == RELAY_EXPIRED)
+		{
+			/* into the dead letters, out of the retry queue; no attempt made */
+			s.disp[i] = RELAY_DEAD;
+			s.reason[i] = "expired";
+			s.attempts[i] = msgs[i].attempts;
+		}
 		else if (parked[i] && !r.disable)
 		{
 			/* queued behind its key's failure, due at once: no attempt counted */
@@ -464,7 +482,9 @@ settle_batch(const RelayPipeline *p, RelayUnit *u, const RelayMessage *msgs, int
  * Starts a batch as an operation in flight: the messages the pipeline's
  * routing lets pass (live batches only: a message queued for retry or by
  * an operator was chosen already) go to the sink; the others are passed
- * over, as if acknowledged (RELAY_FILTERED when recorded). With ordering
+ * over, as if acknowledged (RELAY_FILTERED when recorded). An expired
+ * message is not sent either, live or queued: it is dead-lettered when
+ * recorded (RELAY_EXPIRED, error class "expired"). With ordering
  * 'key', a message whose key is blocked (ordering.c) is not sent either,
  * and is parked when recorded; the sink gets each message's dependency on
  * the previous one of its key that it sends (RelaySinkBatch.after).
@@ -486,7 +506,9 @@ start_operation(RelayUnit *u, RelayOperation *op, RelayMessage *msgs, int n, boo
 	for (int i = 0; i < n; i++)
 	{
 		fop->pos[i] = -1;
-		if (!from_queue && p->routing != NULL &&
+		if (msgs[i].expired)
+			msgs[i].blocked = false;	/* never sent, nor parked: dead-lettered */
+		else if (!from_queue && p->routing != NULL &&
 			!RelayRoutingMatches(p->routing, msgs[i].payload, msgs[i].headers))
 			msgs[i].blocked = false;	/* not for this pipeline: passed over, never parked */
 		else if (msgs[i].blocked)
@@ -628,7 +650,7 @@ may_start_ahead(RelayUnit *u, const RelayOperation *done, const RelayDeliveryRes
 		FW(u)->retry_check_at <= GetCurrentTimestamp())
 		return false;
 	for (int i = 0; i < done->n; i++)
-		if (r->each[i].outcome != RELAY_DELIVERED && r->each[i].outcome != RELAY_FILTERED &&
+		if (r->each[i].outcome != RELAY_DELIVERED && !passed_over(r->each[i].outcome) &&
 			!failed_by_answer(&r->each[i]))
 			return false;
 	return RelayPacingAllowance(FOP(done)->p, &FW(u)->pacing, next->n, &wake) >= next->n;
@@ -663,6 +685,9 @@ take_outcomes(RelayOperation *op, RelayDeliveryResult *r)
 	{
 		if (fop->pos[i] >= 0)
 			r->each[i] = sub.each[fop->pos[i]];
+		else if (fop->msgs[i].expired)
+			RelaySetFailure(&r->each[i], RELAY_EXPIRED, "expired", 0,
+							"the message expired before it was sent");
 		else if (fop->msgs[i].blocked)
 			r->each[i].outcome = RELAY_NOT_SENT;
 		else
@@ -670,7 +695,7 @@ take_outcomes(RelayOperation *op, RelayDeliveryResult *r)
 		if (r->each[i].outcome == RELAY_DELIVERED)
 			r->delivered++;
 		if (r->acked == i && (r->each[i].outcome == RELAY_DELIVERED ||
-							  r->each[i].outcome == RELAY_FILTERED))
+							  passed_over(r->each[i].outcome)))
 			r->acked++;
 	}
 	clean_outcomes(r, op->n);

@@ -125,13 +125,15 @@ jsonb_text(Datum d, MemoryContext cxt)
  * as payload::text, headers::text and to_json(created_at)::text give them.
  */
 static void
-copy_polled(void *arg, int64 id, Datum payload, Datum headers, TimestampTz created_at)
+copy_polled(void *arg, int64 id, Datum payload, Datum headers, TimestampTz created_at,
+			bool expired)
 {
 	LeaseCopy  *lc = arg;
 	RelayMessage *m = &lc->out[lc->n++];
 	char		buf[MAXDATELEN + 1];
 
 	m->id = id;
+	m->expired = expired;
 	m->outbox = lc->p->outbox;
 	m->payload = jsonb_text(payload, lc->cxt);
 	m->headers = headers != (Datum) 0 ? jsonb_text(headers, lc->cxt) : NULL;
@@ -235,7 +237,8 @@ RelayLeaseAhead(const RelayPipeline *p, int64 after, int limit, MemoryContext cx
 }
 
 /*
- * Takes the pipeline's queued messages that are due for another attempt,
+ * Takes the pipeline's queued messages that are due for another attempt
+ * (each marked expired when its message's expires_at has passed),
  * at most batch_size, oldest due first (with ordering 'key': only those of
  * a key with no earlier entry still waiting for its time, in id order, so
  * that each key's entries go in order, see ordering.c), copied into cxt as *msgs; sets
@@ -275,7 +278,11 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 		*next_due = 0;
 	if (SPI_execute_with_args("SELECT q.message_id, q.payload::text, q.headers::text,"
 							  "       pg_catalog.to_json(q.created_at)::text, q.attempts, q.outbox_name, q.manual,"
-							  "       q.ordering_key"
+							  "       q.ordering_key,"
+							  "       EXISTS (SELECT FROM tide.tide_outbox_messages m"
+							  "                WHERE m.outbox_name OPERATOR(pg_catalog.=) q.outbox_name"
+							  "                  AND m.id OPERATOR(pg_catalog.=) q.message_id"
+							  "                  AND m.expires_at OPERATOR(pg_catalog.<=) $4)"
 							  "  FROM tide.relay_retry_queue q"
 							  " WHERE q.pipeline_id OPERATOR(pg_catalog.=) $1"
 							  "   AND q.next_attempt_at OPERATOR(pg_catalog.<=) $4"
@@ -306,6 +313,7 @@ RelayTakeRetries(const RelayPipeline *p, int limit, MemoryContext cxt, RelayMess
 		out[i].outbox = copy_value(tup, desc, 6, cxt);
 		out[i].manual = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 		out[i].key = copy_value(tup, desc, 8, cxt);
+		out[i].expired = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
 	}
 	RelayEndShortXact(cxt);
 	*msgs = out;

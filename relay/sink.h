@@ -54,6 +54,8 @@ typedef struct RelayMessage
 	char	   *key;			/* ordering 'key': its ordering key, or NULL: none */
 	bool		blocked;		/* ordering 'key': an earlier message of its key
 								 * waits in the retry queue, so it is parked */
+	bool		expired;		/* its expires_at had passed when it was leased
+								 * or taken from the retry queue: never sent */
 } RelayMessage;
 
 /*
@@ -70,7 +72,8 @@ typedef enum RelayOutcome
 	RELAY_RETRYABLE,			/* the destination asks to try again later */
 	RELAY_PERMANENT,			/* trying again cannot help */
 	RELAY_UNREACHABLE,			/* the destination's failure, not the message's */
-	RELAY_FILTERED				/* not for this pipeline (its routing): passed over */
+	RELAY_FILTERED,				/* not for this pipeline (its routing): passed over */
+	RELAY_EXPIRED				/* expired before it was sent: dead-lettered, never sent */
 } RelayOutcome;
 
 typedef struct RelayMessageOutcome

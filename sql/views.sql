@@ -162,7 +162,8 @@ SELECT c.name AS pipeline,
 	   l.direction,
 	   l.inbox,
 	   c.config ->> 'source_type' AS source_type,
-	   l.source_position
+	   l.source_position,
+	   coalesce(h.expired, 0) AS expired
   FROM (SELECT f.name, f.enabled, f.config FROM tide.relay_outbox_config f
 		UNION ALL
 		SELECT r.name, r.enabled, r.config FROM tide.relay_inbox_config r) c
@@ -171,7 +172,7 @@ SELECT c.name AS pipeline,
   LEFT JOIN tide.relay_pipeline_health h ON h.pipeline_id = c.name;
 
 COMMENT ON VIEW tide.relay_pipeline_status
-	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute; the counters since counted_since: delivered, failed attempts (by class), retried, dead-lettered; its direction, and a reverse pipeline''s inbox, source type and source position';
+	IS 'per pipeline: health (the first of disabled, stopped, error, held, breaker_open, failing, healthy) and its reason, the hold and the next attempt, the last turn''s error, failures in a row, offset, lag, in flight, retry queue, dead letters, last success and error, deliveries in the last minute; the counters since counted_since: delivered, failed attempts (by class), retried, dead-lettered, expired (dead-lettered unsent); its direction, and a reverse pipeline''s inbox, source type and source position';
 
 -- The attempt log and the dead letters for a tide_reader: what happened,
 -- without what a message or an answer held (payload, headers, the answer's

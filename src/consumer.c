@@ -36,6 +36,17 @@
  * lease row: whichever comes second sees what the first left (publishers
  * never touch these rows).
  *
+ * Expired messages (expires_at at or before the poll's clock) are passed,
+ * not returned: they stay in the lease, so that the consumer's commit of
+ * the messages after them moves the offset past them as past returned ones,
+ * and the consumer's offset row counts them (expired) when they are leased
+ * for the first time (step 3), not when a lease is handed out again: a
+ * consumer commits up to the last message it was shown, so the expired
+ * ones after it come back in its lease. A poll whose leased messages all
+ * expired commits them itself and polls again, so that a consumer never
+ * holds a lease it was shown nothing of. The relay's polls (TidePoll, TidePollAhead) get them marked
+ * instead: it dead-letters them (relay/flow_forward.c).
+ *
  * TidePollAhead(), for the relay alone, leases a consumer's next batch
  * while it still works on the one it holds: the messages of its lease after
  * the batch, or else new messages that lengthen its lease at its end (only
@@ -71,6 +82,8 @@ PG_FUNCTION_INFO_V1(tide_release_lease);
 #define MAX_VISIBILITY_SECONDS 86400
 /* tide.wait_for_messages waits at most an hour. */
 #define MAX_WAIT_MS (3600 * 1000)
+/* Batches of expired messages one poll passes at most before it returns. */
+#define MAX_EXPIRED_BATCHES 10
 
 /* pg_tide.wait_recheck_ms */
 static int	wait_recheck_ms = 1000;
@@ -83,6 +96,8 @@ static SPIPlanPtr join_quiet_plan = NULL;
 static SPIPlanPtr own_lease_plan = NULL;
 static SPIPlanPtr expired_lease_plan = NULL;
 static SPIPlanPtr fetch_plan = NULL;
+static SPIPlanPtr fetch_expiry_plan = NULL;
+static SPIPlanPtr count_expired_plan = NULL;
 static SPIPlanPtr groups_with_messages_plan = NULL;
 static SPIPlanPtr set_lease_plan = NULL;
 static SPIPlanPtr shrink_lease_plan = NULL;
@@ -244,25 +259,35 @@ peek_group(const char *group)
  * instead and filters: for an outbox that has nothing new while another
  * outbox is busy, that read every message published since (170,000 index
  * entries and 27 ms per look, measured, against 6 buffers and 0.05 ms).
+ *
+ * With `expiry` (a catalog with expires_at) a fifth column says whether the
+ * message expired at `now`, the poll's clock.
  */
+#define FETCH_SQL(expired) \
+	"SELECT id, payload, headers, created_at" expired \
+	"  FROM tide.tide_outbox_messages" \
+	" WHERE outbox_name OPERATOR(pg_catalog.>=) $1 AND outbox_name OPERATOR(pg_catalog.<=) $1" \
+	"   AND consumed_at IS NULL AND id OPERATOR(pg_catalog.>) $2" \
+	"   AND id OPERATOR(pg_catalog.<=) $3" \
+	" ORDER BY outbox_name, id LIMIT $4"
+
 static uint64
-fetch_messages(const char *outbox, int64 after, int64 upto, int limit)
+fetch_messages(const char *outbox, int64 after, int64 upto, int limit, bool expiry,
+			   TimestampTz now)
 {
-	Oid			types[4] = {TEXTOID, INT8OID, INT8OID, INT4OID};
-	Datum		args[4];
+	Oid			types[5] = {TEXTOID, INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[5];
 
 	args[0] = CStringGetTextDatum(outbox);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(upto);
 	args[3] = Int32GetDatum(limit);
-	if (SPI_execute_snapshot(TidePlan(&fetch_plan,
-									  "SELECT id, payload, headers, created_at"
-									  "  FROM tide.tide_outbox_messages"
-									  " WHERE outbox_name OPERATOR(pg_catalog.>=) $1 AND outbox_name OPERATOR(pg_catalog.<=) $1"
-									  "   AND consumed_at IS NULL AND id OPERATOR(pg_catalog.>) $2"
-									  "   AND id OPERATOR(pg_catalog.<=) $3"
-									  " ORDER BY outbox_name, id LIMIT $4",
-									  4, types),
+	args[4] = TimestampTzGetDatum(now);
+	if (SPI_execute_snapshot(expiry ?
+							 TidePlan(&fetch_expiry_plan,
+									  FETCH_SQL(", expires_at IS NOT NULL AND expires_at OPERATOR(pg_catalog.<=) $5"),
+									  5, types) :
+							 TidePlan(&fetch_plan, FETCH_SQL(""), 4, types),
 							 args, NULL, GetLatestSnapshot(), InvalidSnapshot,
 							 false, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read messages of outbox \"%s\"", outbox);
@@ -335,43 +360,65 @@ typedef struct Poll
 	TidePolledMessage each;
 	void	   *each_arg;
 	int			count;
+	bool		expiry;			/* the catalog has expires_at */
+	TimestampTz now;			/* the poll's clock, for expiry */
+	bool		first_lease;	/* the messages read are leased for the first time */
+	int64		expired;		/* expired messages first leased and passed (SQL callers) */
+	int64		last_read;		/* the last id read; 0: none */
 } Poll;
 
-/* Hands the fetched rows to the poll's caller. */
+/*
+ * Hands the fetched rows to the poll's caller: to a C caller all of them,
+ * each marked expired or not; to an SQL caller the rows that have not
+ * expired, counting the others.
+ */
 static void
 emit_rows(Poll *poll, uint64 count)
 {
 	for (uint64 row = 0; row < count; row++)
 	{
-		Datum		values[4];
-		bool		nulls[4];
+		Datum		values[5];
+		bool		nulls[5];
+		bool		expired = false;
 
 		for (int col = 0; col < 4; col++)
 			values[col] = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 										col + 1, &nulls[col]);
+		if (poll->expiry)
+			expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+												 5, &nulls[4]));
 		if (poll->each != NULL)
 			poll->each(poll->each_arg, DatumGetInt64(values[0]), values[1],
-					   nulls[2] ? (Datum) 0 : values[2], DatumGetTimestampTz(values[3]));
+					   nulls[2] ? (Datum) 0 : values[2], DatumGetTimestampTz(values[3]), expired);
+		else if (expired)
+		{
+			if (poll->first_lease)
+				poll->expired++;
+			continue;
+		}
 		else
 			tuplestore_putvalues(poll->rsinfo->setResult, poll->rsinfo->setDesc, values, nulls);
+		poll->count++;
 	}
-	poll->count += (int) count;
 }
 
 /*
  * Reads up to the batch size of messages in (after, upto] and hands them to
  * the caller at once (later statements replace SPI_tuptable). Sets the
- * first and last id read; returns how many.
+ * first and last id read; returns how many were read, expired ones
+ * included.
  */
 static uint64
 take_messages(Poll *poll, int64 after, int64 upto, int64 *first, int64 *last)
 {
-	uint64		count = fetch_messages(poll->group_state.outbox, after, upto, poll->batch_size);
+	uint64		count = fetch_messages(poll->group_state.outbox, after, upto, poll->batch_size,
+									   poll->expiry, poll->now);
 
 	if (count > 0)
 	{
 		*first = fetched_id(0);
 		*last = fetched_id(count - 1);
+		poll->last_read = *last;
 		emit_rows(poll, count);
 	}
 	return count;
@@ -516,6 +563,7 @@ poll_new_messages(Poll *poll, const char *group)
 	horizon = TrackerSafeHorizon();
 	if (horizon <= poll->group_state.leased_upto)
 		return;
+	poll->first_lease = true;
 	if (take_messages(poll, poll->group_state.leased_upto, horizon, &first, &last) == 0)
 		return;
 	set_lease(poll->group, poll->consumer, first, last, poll->visibility);
@@ -645,6 +693,20 @@ join_group(const char *group, Datum group_datum, Datum consumer, bool commit_nex
 		elog(ERROR, "could not record consumer in group \"%s\"", group);
 }
 
+/* Adds the expired messages the poll leased first and passed to the consumer's count. */
+static void
+count_expired(Poll *poll)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
+	Datum		args[3] = {poll->group, poll->consumer, Int64GetDatum(poll->expired)};
+
+	run_write(TidePlan(&count_expired_plan,
+					   "UPDATE tide.tide_consumer_offsets SET expired = expired OPERATOR(pg_catalog.+) $3"
+					   " WHERE group_name OPERATOR(pg_catalog.=) $1 AND consumer_id OPERATOR(pg_catalog.=) $2",
+					   3, types),
+			  args);
+}
+
 /*
  * A poll's work once its arguments are checked: the rights, the group's
  * membership and heartbeat, the commit first when asked (commit_upto), then
@@ -678,8 +740,20 @@ run_poll(Poll *poll, const char *group, bool commit_first, int64 commit_upto)
 	if (strcmp(checked, poll->group_state.outbox) != 0)
 		TideCheckConsumeOutbox(caller.userid, group, poll->group_state.outbox);
 
-	if (!poll_own_lease(poll) && !poll_expired_lease(poll))
-		poll_new_messages(poll, group);
+	for (int round = 0; round < MAX_EXPIRED_BATCHES; round++)
+	{
+		poll->last_read = 0;
+		poll->first_lease = false;
+		poll->now = GetCurrentTimestamp();
+		if (!poll_own_lease(poll) && !poll_expired_lease(poll))
+			poll_new_messages(poll, group);
+		/* an SQL caller shown nothing of what it leased: every message expired */
+		if (poll->each != NULL || poll->count > 0 || poll->last_read == 0)
+			break;
+		TideCommitOffset(poll->group, poll->consumer, false, poll->last_read);
+	}
+	if (poll->expired > 0)
+		count_expired(poll);
 	consume_end(&caller);
 }
 
@@ -730,6 +804,8 @@ tide_poll_outbox(PG_FUNCTION_ARGS)
 	poll.consumer = CStringGetTextDatum(consumer);
 	poll.batch_size = PG_GETARG_INT32(2);
 	poll.visibility = PG_GETARG_INT32(3);
+	/* a 0.1.0 catalog, which has no expires_at, defines no p_commit_upto */
+	poll.expiry = PG_NARGS() > 4;
 	run_poll(&poll, group, commit_first, commit_first ? PG_GETARG_INT64(4) : 0);
 
 	return (Datum) 0;
@@ -754,6 +830,9 @@ c_poll_init(Poll *poll, const char *group, const char *consumer, int batch_size,
 	poll->consumer = CStringGetTextDatum(consumer);
 	poll->batch_size = batch_size;
 	poll->visibility = visibility;
+	/* the relay runs on the catalog it was built for (catalog_version.c) */
+	poll->expiry = true;
+	poll->now = GetCurrentTimestamp();
 }
 
 /*
@@ -825,7 +904,7 @@ TideGroupHasMessages(const char *group)
 	{
 		horizon = TrackerSafeHorizon();
 		found = horizon > state.leased_upto &&
-			fetch_messages(state.outbox, state.leased_upto, horizon, 1) > 0;
+			fetch_messages(state.outbox, state.leased_upto, horizon, 1, false, 0) > 0;
 	}
 	SPI_finish();
 	return found;

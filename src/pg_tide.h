@@ -69,9 +69,12 @@ extern Oid	TrackerSequenceOid(void);
 
 /* consumer.c: consumer groups, pg_tide.wait_recheck_ms */
 extern void TideDefineConsumerGucs(void);
-/* A message a poll leased (TidePoll): headers is 0 when they are null. */
+/*
+ * A message a poll leased (TidePoll): headers is 0 when they are null;
+ * expired when its expires_at had passed at the poll.
+ */
 typedef void (*TidePolledMessage) (void *arg, int64 id, Datum payload, Datum headers,
-								   TimestampTz created_at);
+								   TimestampTz created_at, bool expired);
 extern int	TidePoll(const char *group, const char *consumer, int batch_size, int visibility,
 					 TidePolledMessage each, void *each_arg);
 extern int	TidePollAhead(const char *group, const char *consumer, int64 after, int batch_size,

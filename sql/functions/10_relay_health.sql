@@ -9,7 +9,8 @@
 -- pg_tide.operator_events_outbox names (none when empty), with the header
 -- "type" so that a pipeline can route them, for example to a pager. It
 -- also counts the batch's deliveries, failed attempts by class, retries
--- and dead letters (relay_pipeline_health's counters).
+-- and dead letters, and the expired messages among them
+-- (relay_pipeline_health's counters).
 -- ---------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION tide._relay_operator_event(p_type text, p_pipeline text, p_detail jsonb)
@@ -43,7 +44,8 @@ CREATE OR REPLACE FUNCTION tide._relay_after_batch(p_pipeline text, p_failures i
 										p_status int, p_error_class text, p_error text,
 										p_exhausted bigint[], p_breaker text DEFAULT NULL,
 										p_filtered int DEFAULT 0, p_failed_classes text[] DEFAULT NULL,
-										p_retried int DEFAULT 0, p_dead_lettered int DEFAULT 0)
+										p_retried int DEFAULT 0, p_dead_lettered int DEFAULT 0,
+										p_expired int DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -63,14 +65,14 @@ BEGIN
 	INSERT INTO tide.relay_pipeline_health AS h
 		(pipeline_id, consecutive_failures, last_success_at, last_failure_at, last_status,
 		 last_error_class, last_error, breaker, filtered, updated_at,
-		 delivered, failed, failed_by_class, retried, dead_lettered,
+		 delivered, failed, failed_by_class, retried, dead_lettered, expired,
 		 rate_minute, delivered_in_minute)
 	VALUES (p_pipeline, CASE WHEN p_successes > 0 THEN 0 ELSE p_failures END,
 			CASE WHEN p_successes > 0 THEN now() END, CASE WHEN p_failures > 0 THEN now() END,
 			p_status, p_error_class, p_error, p_breaker, coalesce(p_filtered, 0), now(),
 			p_successes, p_failures,
 			coalesce(batch_classes, '{}'),
-			coalesce(p_retried, 0), coalesce(p_dead_lettered, 0),
+			coalesce(p_retried, 0), coalesce(p_dead_lettered, 0), coalesce(p_expired, 0),
 			date_trunc('minute', now()), p_successes)
 	ON CONFLICT (pipeline_id) DO UPDATE
 	   SET consecutive_failures = CASE WHEN p_successes > 0 THEN 0
@@ -96,6 +98,7 @@ BEGIN
 											 FROM jsonb_each_text(batch_classes) b (k, n)) END,
 		   retried = h.retried + EXCLUDED.retried,
 		   dead_lettered = h.dead_lettered + EXCLUDED.dead_lettered,
+		   expired = h.expired + EXCLUDED.expired,
 		   -- the deliveries of this minute and of the one before it
 		   rate_minute = EXCLUDED.rate_minute,
 		   delivered_minute_before = CASE h.rate_minute
@@ -134,11 +137,11 @@ BEGIN
 END
 $$
 SET search_path = pg_catalog, pg_temp;
-REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
-GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer) TO tide_admin;
+REVOKE ALL ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer,integer) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._relay_after_batch(text,integer,integer,integer,text,text,bigint[],text,integer,text[],integer,integer,integer) TO tide_admin;
 
 -- Starts a pipeline's counters again from 0 (relay_pipeline_status's
--- delivered, failed, failed_by_class, retried, dead_lettered and
+-- delivered, failed, failed_by_class, retried, dead_lettered, expired and
 -- delivered_last_minute), counted_since now. The worker's next record adds
 -- to the reset row: the row lock orders the two.
 CREATE OR REPLACE FUNCTION tide.relay_reset_counters(p_name text)
@@ -149,7 +152,7 @@ BEGIN
 	PERFORM tide._relay_pipeline(p_name);
 	UPDATE tide.relay_pipeline_health
 	   SET delivered = 0, failed = 0, failed_by_class = '{}', retried = 0, dead_lettered = 0,
-		   counted_since = now(), rate_minute = NULL, delivered_in_minute = 0,
+		   expired = 0, counted_since = now(), rate_minute = NULL, delivered_in_minute = 0,
 		   delivered_minute_before = 0
 	 WHERE pipeline_id = p_name;
 END

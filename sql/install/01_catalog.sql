@@ -241,7 +241,7 @@ CREATE TABLE tide.relay_dlq (
 	dead_lettered_at	timestamptz NOT NULL DEFAULT now(),
 	event_id			text,
 	CONSTRAINT relay_dlq_message_key UNIQUE (pipeline_id, message_id),
-	CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted'))
+	CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted', 'expired'))
 );
 
 CREATE INDEX relay_dlq_dead_lettered_at ON tide.relay_dlq (dead_lettered_at);
@@ -326,7 +326,9 @@ CREATE TABLE tide.relay_pipeline_health (
 	counted_since			timestamptz NOT NULL DEFAULT now(),
 	rate_minute				timestamptz,
 	delivered_in_minute		bigint NOT NULL DEFAULT 0,
-	delivered_minute_before	bigint NOT NULL DEFAULT 0
+	delivered_minute_before	bigint NOT NULL DEFAULT 0,
+	-- of the dead letters, the messages that expired before they were sent
+	expired					bigint NOT NULL DEFAULT 0
 );
 
 COMMENT ON TABLE tide.relay_pipeline_health

@@ -282,6 +282,12 @@ DROP FUNCTION tide.outbox_publish_batch(text, jsonb[], jsonb);
 -- 0.1.0 signatures are dropped above, the new ones created with the functions.
 ALTER TABLE tide.tide_outbox_messages ADD COLUMN expires_at timestamptz;
 ALTER TABLE tide.tide_consumer_offsets ADD COLUMN expired bigint NOT NULL DEFAULT 0;
+-- A forward pipeline dead-letters an expired message with reason and error
+-- class "expired" and counts it (tide._relay_after_batch gains p_expired;
+-- its 0.1.0 signature is dropped above).
+ALTER TABLE tide.relay_pipeline_health ADD COLUMN expired bigint NOT NULL DEFAULT 0;
+ALTER TABLE tide.relay_dlq DROP CONSTRAINT relay_dlq_reason_check,
+	ADD CONSTRAINT relay_dlq_reason_check CHECK (reason IN ('permanent', 'exhausted', 'expired'));
 
 -- Payload schemas (sql/install/04_payload_schemas.sql).
 CREATE TABLE tide.outbox_schemas (
