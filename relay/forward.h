@@ -104,7 +104,7 @@ typedef struct RelaySettlement
 	int		   *attempts;		/* failed attempts, this one included */
 	int		   *attempt_no;		/* the attempt's number for relay_attempts; 0: not attempted */
 	long	   *delay_ms;		/* RELAY_REQUEUE: when to try again */
-	const char **reason;		/* RELAY_DEAD: 'permanent' or 'exhausted' */
+	const char **reason;		/* RELAY_DEAD: 'permanent', 'exhausted' or 'expired' */
 	bool	   *unrecorded;		/* set by RelayRecordEach: dead-lettered because
 								 * its outcome could not be recorded; NULL: none */
 } RelaySettlement;
