@@ -1,7 +1,7 @@
 # Expiring messages through a webhook pipeline whose receiver answers 503
 # for a while (docs/scheduled-messages.md):
 #
-#  1. Messages that expire in 2 s, published with others that expire in an
+#  1. Messages that expire in 4 s, published with others that expire in an
 #     hour and others without an expiry, all fail (503) and wait in the
 #     retry queue; the expiry passes; the next attempt dead-letters the
 #     short ones with reason and error class "expired" instead of sending
@@ -62,7 +62,7 @@ $rcv->control({ always => 503 });
 # 1. Short, long and no expiry, all refused for a while
 ###########################################################################
 my $short = published("SELECT tide.outbox_publish('exp', jsonb_build_object('kind', 'short', 'n', g),
-						   p_expires_at => clock_timestamp() + interval '2 seconds')
+						   p_expires_at => clock_timestamp() + interval '4 seconds')
 					  FROM generate_series(1, 5) g");
 my $long = published("SELECT tide.outbox_publish('exp', jsonb_build_object('kind', 'long', 'n', g),
 						  p_expires_at => clock_timestamp() + interval '1 hour')
