@@ -44,8 +44,9 @@
  * consumer commits up to the last message it was shown, so the expired
  * ones after it come back in its lease. A poll whose leased messages all
  * expired commits them itself and polls again, so that a consumer never
- * holds a lease it was shown nothing of. The relay's polls (TidePoll, TidePollAhead) get them marked
- * instead: it dead-letters them (relay/flow_forward.c).
+ * holds a lease it was shown nothing of. The relay's polls (TidePoll,
+ * TidePollAhead) get them marked instead: it dead-letters them
+ * (relay/flow_forward.c).
  *
  * TidePollAhead(), for the relay alone, leases a consumer's next batch
  * while it still works on the one it holds: the messages of its lease after

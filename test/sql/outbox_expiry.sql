@@ -53,5 +53,14 @@ SELECT id, payload ->> 'n' AS n FROM tide.poll_outbox('exp2_readers', 'c1', 3);
 SELECT committed_offset, expired FROM tide.consumer_lag WHERE group_name = 'exp2_readers';
 SELECT consumer_id, expired FROM tide.tide_consumer_offsets ORDER BY group_name, consumer_id;
 
+-- the expiry as given, through every INSERT: one and a batch, READ COMMITTED and REPEATABLE READ
+SELECT tide.outbox_publish('exp', '{"n": "rc"}', p_expires_at => '2100-01-01 00:00:00+00') > 0 AS published;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT tide.outbox_publish('exp', '{"n": "rr"}', p_expires_at => '2100-01-02 00:00:00+00') > 0 AS published;
+SELECT tide.outbox_publish_batch('exp', ARRAY['{"n": "rr2"}']::jsonb[], p_expires_at => '2100-01-03 00:00:00+00');
+COMMIT;
+SELECT payload ->> 'n' AS n, expires_at AT TIME ZONE 'UTC' AS expires_at_utc FROM tide.tide_outbox_messages
+ WHERE payload ->> 'n' IN ('rc', 'rr', 'rr2') ORDER BY id;
+
 SELECT tide.outbox_drop('exp');
 SELECT tide.outbox_drop('exp2');
