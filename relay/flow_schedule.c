@@ -17,10 +17,11 @@
  *
  * The unit keeps the database's worker (any_enabled, and units_wanted for
  * the worker's last look before it leaves: on_demand.c) while a row is due
- * within pg_tide.sweep_interval. A later row does not: the worker may
- * leave, and the launcher's periodic worker for the database (at most
- * every sweep_interval) moves it, so a row is at most about that late
- * when no pipeline keeps a worker.
+ * within RELAY_SCHEDULE_STAY_MS. A later row does not: the worker may
+ * leave, telling the launcher when the earliest row is due (units_due_at),
+ * and the launcher starts a worker RELAY_SCHEDULE_LEAD_MS before then. So
+ * a message scheduled for next month holds no worker slot for a month,
+ * and is not late for it.
  */
 #include "postgres.h"
 
@@ -30,6 +31,7 @@
 #include "utils/timestamp.h"
 
 #include "flow.h"
+#include "launcher.h"
 #include "pg_tide.h"
 #include "relay_xact.h"
 
@@ -43,10 +45,14 @@
  */
 #define SCHEDULE_BUSY_MS 1000
 
-/* The rows that need a worker: due within pg_tide.sweep_interval, not refused. */
+/* The rows that need a worker: due within RELAY_SCHEDULE_STAY_MS, not refused. */
 #define SCHEDULE_WANTED \
 	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)" \
-	" pg_catalog.current_setting('pg_tide.sweep_interval')::pg_catalog.interval)"
+	" '" CppAsString2(RELAY_SCHEDULE_STAY_MS) " ms'::pg_catalog.interval)"
+
+/* When a row will next need a worker: the earliest not refused. */
+#define SCHEDULE_DUE_AT \
+	"SELECT pg_catalog.min(deliver_at) FROM tide.outbox_scheduled WHERE refused_at IS NULL"
 
 /* The schedule flow's state of its unit, kept across readings. */
 typedef struct ScheduleUnit
@@ -244,6 +250,7 @@ const RelayFlowRoutine RelayScheduleFlow = {
 	.unit_size = sizeof(ScheduleUnit),
 	.units_table = "outbox_scheduled",
 	.units_wanted = SCHEDULE_WANTED,
+	.units_due_at = SCHEDULE_DUE_AT,
 	.read = schedule_read,
 	.sql_changed = schedule_sql_changed,
 	.step = schedule_step,
