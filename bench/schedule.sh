@@ -8,8 +8,10 @@
 #   far    100,000 scheduled messages due in 30 days,
 #   due    the same, and messages of another outbox falling due all
 #          through the run (DUE_PER_S a second, moved by the relay),
-# the cases in turns first from round to round, each case's rate divided
-# by empty's in the same round (target: 1 within the noise).
+# the cases in turns first from round to round, each case's rate and the
+# server's CPU per message (every process of the cluster: the backends, the
+# relay worker, and the moves in case due) divided by empty's in the same
+# round (target: 1 within the noise).
 #
 # Publish side: pgbench -M prepared, CLIENTS clients, DURATION seconds,
 # bench/tide_single.sql; the relay worker runs (an enabled row it passes
@@ -92,23 +94,43 @@ set_case() {
 				FROM generate_series(1, $((secs * DUE_PER_S))) i" >/dev/null
 }
 
+# server_cpu: CPU seconds the cluster's processes have used: the
+# postmaster's own and its ended children's, and those of its children
+# that run.
+server_cpu() {
+	local pm child
+	pm=$(head -n 1 "$TIDE_CLUSTER/data/postmaster.pid")
+	{
+		sed -E 's/^.*\) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }'
+		for child in $(pgrep -P "$pm"); do
+			sed -E 's/^.*\) //' "/proc/$child/stat" 2>/dev/null | awk '{ print $12 + $13 }' || true
+		done
+	} | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.3f", s / hz }'
+}
+
 # due_left: the case due's messages not moved yet.
 due_left() { scalar "SELECT count(*) FROM tide.outbox_scheduled WHERE outbox_name = 'side'"; }
 
-# publish_side <case> <round>: pgbench's rate, in RATE.
+# publish_side <case> <round>: pgbench's rate, in RATE, and the server's
+# CPU microseconds per message, in CPU_US.
 publish_side() {
-	local out=$TIDE_CLUSTER/pgbench_$1_$2.log
+	local out=$TIDE_CLUSTER/pgbench_$1_$2.log cpu0 cpu1 done
 	psql_db -c "TRUNCATE tide.tide_outbox_messages" -c "CHECKPOINT" >/dev/null
 	set_case "$1" "$DURATION"
+	cpu0=$(server_cpu)
 	"$PGBENCH" -n -M prepared -c "$CLIENTS" -j "$((CLIENTS < 2 ? CLIENTS : 2))" -T "$DURATION" \
 		-f "$BENCH_DIR/tide_single.sql" "$DB" >"$out" 2>&1 || { cat "$out"; tide_show_server_log; exit 1; }
+	cpu1=$(server_cpu)
 	RATE=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' "$out")
+	done=$(sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p' "$out")
+	CPU_US=$(awk "BEGIN { printf \"%.1f\", ($cpu1 - $cpu0) * 1e6 / $done }")
 	MOVED_LEFT=$(due_left)
 }
 
-# relay_side <case>: the pipeline's rate for a backlog of N, in RATE.
+# relay_side <case>: the pipeline's rate for a backlog of N, in RATE, and
+# the server's CPU microseconds per message, in CPU_US.
 relay_side() {
-	local start end last rows secs
+	local start end last rows secs cpu0 cpu1
 	psql_db -c "TRUNCATE tide.tide_outbox_messages, tide.relayed_inbox" >/dev/null
 	bench_publish bench "$N"
 	last=$(scalar "SELECT max(id) FROM tide.tide_outbox_messages WHERE outbox_name = 'bench'")
@@ -116,19 +138,16 @@ relay_side() {
 	# case took (5 s before the first)
 	secs=$(awk "BEGIN { s = ${EMPTY_RELAY_S:-5}; printf \"%d\", s < 1 ? 1 : s + 0.5 }")
 	set_case "$1" "$secs"
-	start=$(psql_db -A -t <<SQL | tail -n 1
-BEGIN;
-SELECT tide.relay_enable('to_inbox');
-SELECT extract(epoch FROM clock_timestamp());
-COMMIT;
-SQL
-)
+	cpu0=$(server_cpu)
+	start=$(bench_enable_timed to_inbox)
 	end=$(bench_wait_recorded to_inbox "$last") || exit 1
+	cpu1=$(server_cpu)
 	MOVED_LEFT=$(due_left)
 	psql_db -c "SELECT tide.relay_disable('to_inbox')" >/dev/null
 	rows=$(scalar "SELECT count(*) FROM tide.relayed_inbox")
 	[ "$rows" -eq "$N" ] || { echo "schedule.sh: the relay wrote $rows rows, not $N" >&2; exit 1; }
 	RATE=$(awk "BEGIN { printf \"%.0f\", $N / ($end - $start) }")
+	CPU_US=$(awk "BEGIN { printf \"%.1f\", ($cpu1 - $cpu0) * 1e6 / $N }")
 	[ "$1" != empty ] || EMPTY_RELAY_S=$(awk "BEGIN { print $end - $start }")
 }
 
@@ -151,23 +170,26 @@ for round in $(seq 1 "$REPEATS"); do
 	read -ra order <<<"$CASES"
 	shift_by=$(((round - 1) % ${#order[@]}))
 	order=("${order[@]:shift_by}" "${order[@]:0:shift_by}")
-	declare -A pub=() rel=()
+	declare -A rate=() cpu=()
 	for side in relay publish; do
 		for case in "${order[@]}"; do
 			"${side}_side" "$case" "$round"
-			if [ "$side" = publish ]; then pub[$case]=$RATE; else rel[$case]=$RATE; fi
-			printf '  round %s  %-7s %-5s %10.0f msg/s%s\n' "$round" "$side" "$case" "$RATE" \
-				"$([ "$case" = due ] && echo "  (scheduled left at the end: $MOVED_LEFT)")"
+			rate[$side$case]=$RATE
+			cpu[$side$case]=$CPU_US
+			printf '  round %s  %-7s %-5s %10.0f msg/s  %7.1f us server CPU/msg%s\n' "$round" "$side" "$case" \
+				"$RATE" "$CPU_US" "$([ "$case" = due ] && echo "  (scheduled left at the end: $MOVED_LEFT)")"
 			bench_record "schedule_$side" "$case" "$round" "$RATE"
+			bench_record "schedule_${side}_cpu_us" "$case" "$round" "$CPU_US"
 			[ "$case" != due ] || wait_moved
 		done
 	done
 	for case in far due; do
 		for side in publish relay; do
-			if [ "$side" = publish ]; then r=${pub[$case]}/${pub[empty]}; else r=${rel[$case]}/${rel[empty]}; fi
-			ratio=$(awk "BEGIN { printf \"%.3f\", $r }")
+			ratio=$(awk "BEGIN { printf \"%.3f\", ${rate[$side$case]} / ${rate[${side}empty]} }")
+			cpu_ratio=$(awk "BEGIN { printf \"%.3f\", ${cpu[$side$case]} / ${cpu[${side}empty]} }")
 			bench_record "schedule_${side}_ratio" "${case}_per_empty" "$round" "$ratio"
-			printf '  round %s  %-7s %s / empty: %s\n' "$round" "$side" "$case" "$ratio"
+			bench_record "schedule_${side}_cpu_ratio" "${case}_per_empty" "$round" "$cpu_ratio"
+			printf '  round %s  %-7s %s / empty: rate %s, server CPU per message %s\n' "$round" "$side" "$case" "$ratio" "$cpu_ratio"
 		done
 	done
 done
