@@ -45,9 +45,15 @@
  */
 #define SCHEDULE_BUSY_MS 1000
 
-/* The rows that need a worker: due within RELAY_SCHEDULE_STAY_MS, not refused. */
+/*
+ * The rows that need a worker: due within RELAY_SCHEDULE_STAY_MS, not
+ * refused. The time is the statement's (the reading's and the look's
+ * transactions set it as they begin): clock_timestamp() is volatile, and a
+ * volatile bound cannot use the index on deliver_at, so every look would
+ * read the whole schedule.
+ */
 #define SCHEDULE_WANTED \
-	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)" \
+	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+)" \
 	" '" CppAsString2(RELAY_SCHEDULE_STAY_MS) " ms'::pg_catalog.interval)"
 
 /* When a row will next need a worker: the earliest not refused. */
@@ -104,16 +110,17 @@ schedule_sql_changed(RelayUnit *u)
 }
 
 /*
- * The next time the unit is due: the earliest deliver_at still ahead, or
- * sooner, after SCHEDULE_BUSY_MS, when due rows were left behind.
+ * The next time the unit is due: the earliest deliver_at still ahead of $1
+ * (now, a parameter so that the index on deliver_at serves), or sooner,
+ * after SCHEDULE_BUSY_MS, when due rows were left behind.
  */
 #define SCHEDULE_NEXT_SQL \
 	"SELECT (SELECT pg_catalog.min(s.deliver_at) FROM tide.outbox_scheduled s" \
 	"         WHERE s.refused_at IS NULL" \
-	"           AND s.deliver_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())," \
+	"           AND s.deliver_at OPERATOR(pg_catalog.>) $1)," \
 	"       EXISTS (SELECT FROM tide.outbox_scheduled s" \
 	"                WHERE s.refused_at IS NULL" \
-	"                  AND s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+	"                  AND s.deliver_at OPERATOR(pg_catalog.<=) $1)"
 
 /*
  * Moves one chunk of due rows in a short transaction and sets when the
@@ -125,6 +132,7 @@ move_chunk(RelayUnit *u)
 	static SPIPlanPtr move_plan = NULL;
 	static SPIPlanPtr next_plan = NULL;
 	Oid			types[1] = {INT4OID};
+	Oid			next_types[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
 	int64		moved = 0;
 	bool		isnull;
@@ -141,8 +149,9 @@ move_chunk(RelayUnit *u)
 							 args, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not move the scheduled messages");
 		moved = TideSpiInt64(1, &isnull);
-		if (SPI_execute_plan(TidePlan(&next_plan, SCHEDULE_NEXT_SQL, 0, NULL),
-							 NULL, NULL, true, 1) != SPI_OK_SELECT)
+		args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+		if (SPI_execute_plan(TidePlan(&next_plan, SCHEDULE_NEXT_SQL, 1, next_types),
+							 args, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read tide.outbox_scheduled");
 		ahead = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)
