@@ -41,8 +41,8 @@
  * the launcher starts a worker RELAY_SCHEDULE_LEAD_MS before the message's
  * time (less than the stay, so that worker stays until then).
  */
-#define RELAY_SCHEDULE_STAY_MS	3000
-#define RELAY_SCHEDULE_LEAD_MS	1000
+#define RELAY_SCHEDULE_STAY_MS	4000
+#define RELAY_SCHEDULE_LEAD_MS	2000
 
 /* Why a worker ended, as it tells the launcher. */
 typedef enum RelayExitReason

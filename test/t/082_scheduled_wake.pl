@@ -57,12 +57,12 @@ sub lateness
 	return $late eq '' ? undef : $late;
 }
 
-# 1. sweep_interval 60 s: the worker does not stay for a message due in 7 s.
+# 1. sweep_interval 60 s: the worker does not stay for a message due in 8 s.
 ok(defined wait_until(sub { worker_pid() eq '' }, 30, 100_000),
 	'without a pipeline, the database\'s first worker leaves');
-my $due = schedule_in('long', 7);
-ok(defined wait_until(sub { worker_pid() eq '' }, 4, 50_000),
-	'sweep_interval 60 s: no worker waits for a message due in 7 s');
+my $due = schedule_in('long', 8);
+ok(defined wait_until(sub { worker_pid() eq '' }, 5, 50_000),
+	'sweep_interval 60 s: no worker waits for a message due in 8 s');
 my $late = lateness('long', $due, 8);
 diag(sprintf('sweep_interval 60 s: moved %.3f s after its time', $late // -1));
 ok(defined $late && $late < 1, 'sweep_interval 60 s: the message is moved within 1 s of its time');
@@ -79,8 +79,8 @@ ok(defined $late && $late < 1, 'sweep_interval 0: the message is moved within 1 
 # 3. The launcher ends while a message waits (SIGTERM: the postmaster
 # starts it again after 10 s) and knows no due time when it is back.
 ok(defined wait_until(sub { worker_pid() eq '' }, 10, 100_000), 'the worker leaves again');
-$due = schedule_in('restart', 18);
-ok(defined wait_until(sub { worker_pid() eq '' }, 4, 50_000), 'no worker waits for a message due in 18 s');
+$due = schedule_in('restart', 20);
+ok(defined wait_until(sub { worker_pid() eq '' }, 5, 50_000), 'no worker waits for a message due in 20 s');
 my $launcher = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_tide launcher'");
 sql("SELECT pg_terminate_backend($launcher)");
 ok(defined wait_until(sub { my $p = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_tide launcher'");
