@@ -105,13 +105,7 @@ relay_side() {
 	wpid=$(scalar "SELECT pid FROM tide.relay_workers() WHERE database = '$DB'")
 	[ -n "$wpid" ] || { echo "inbox_sink.sh: the database has no relay worker" >&2; tide_show_server_log; exit 1; }
 	cpu0=$(scalar "SELECT bench.cpu_seconds($wpid)")
-	start=$(psql_db -A -t <<SQL | tail -n 1
-BEGIN;
-SELECT tide.relay_enable('to_inbox');
-SELECT extract(epoch FROM clock_timestamp());
-COMMIT;
-SQL
-)
+	start=$(bench_enable_timed to_inbox)
 	end=$(bench_wait_recorded to_inbox "$LAST") || exit 1
 	cpu1=$(scalar "SELECT bench.cpu_seconds($wpid)")
 	psql_db -c "SELECT tide.relay_disable('to_inbox')" >/dev/null

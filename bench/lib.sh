@@ -111,6 +111,18 @@ SELECT extract(epoch FROM updated_at) FROM tide.relay_consumer_offsets
 SQL
 }
 
+# bench_enable_timed <pipeline>: enables the pipeline (waking the worker at
+# its commit) and prints the epoch just before that commit, the start of a
+# throughput run.
+bench_enable_timed() {
+	psql_db -A -t <<SQL | tail -n 1
+BEGIN;
+SELECT tide.relay_enable('$1');
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+}
+
 # bench_need_packages <packages...>: installs Debian packages when missing.
 bench_need_packages() {
 	local p missing=()

@@ -4,7 +4,8 @@
  *		relay: ask the launcher to look at a database again after CREATE
  *		EXTENSION and at the commit of a pipeline change (a database without
  *		an enabled pipeline has no worker, on_demand.c), wake a database's
- *		worker at the commit of a pipeline change, get a database to
+ *		worker at the commit of a pipeline change or of a scheduled message
+ *		(telling the launcher when the message is due), get a database to
  *		themselves for DROP DATABASE and the like, and list the running
  *		relay workers.
  *
@@ -37,10 +38,13 @@
 #include "launcher.h"
 #include "relay_init.h"
 #include "relay_xact.h"
+#include "schedule_wake.h"
 
 /* CREATE EXTENSION in this transaction asked for a recheck. */
 static bool recheck_pending = false;
 static bool wake_pending = false;
+/* The earliest message this transaction scheduled; 0: none. */
+static TimestampTz wake_due_at = 0;
 static bool xact_callback_registered = false;
 
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
@@ -49,9 +53,14 @@ PG_FUNCTION_INFO_V1(tide_relay_notify_launcher);
 PG_FUNCTION_INFO_V1(tide_relay_wake_worker);
 PG_FUNCTION_INFO_V1(tide_relay_workers);
 
-/* Asks the launcher to look at a database again, soon. */
+/*
+ * Asks the launcher to look at a database again, soon, and, with a due_at,
+ * to start a worker for it then (a scheduled message, on_demand.c). A full
+ * request table loses the due time: the worker the recheck starts tells
+ * the launcher again when it leaves.
+ */
 void
-RelayRequestRecheck(Oid dboid)
+RelayRequestRecheck(Oid dboid, TimestampTz due_at)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	RelayDbRequest *r;
@@ -59,7 +68,11 @@ RelayRequestRecheck(Oid dboid)
 	SpinLockAcquire(&Relay->mutex);
 	r = RelayFindRequest(dboid, true, now);
 	if (r != NULL)
+	{
 		r->recheck_at = now;
+		if (due_at != 0 && (r->due_at == 0 || due_at < r->due_at))
+			r->due_at = due_at;
+	}
 	else
 		Relay->recheck_all_at = now;
 	SpinLockRelease(&Relay->mutex);
@@ -100,7 +113,7 @@ relay_xact_callback(XactEvent event, void *arg)
 			if (recheck_pending)
 			{
 				recheck_pending = false;
-				RelayRequestRecheck(MyDatabaseId);
+				RelayRequestRecheck(MyDatabaseId, 0);
 			}
 			if (wake_pending)
 			{
@@ -108,14 +121,19 @@ relay_xact_callback(XactEvent event, void *arg)
 				pg_atomic_fetch_add_u64(&Relay->wake_requests, 1);
 				WakeDatabase(MyDatabaseId);
 				wake_workers(MyDatabaseId);
-				/* a database without a worker (none enabled before) gets one */
-				RelayRequestRecheck(MyDatabaseId);
+				/*
+				 * a database without a worker (none enabled before) gets one,
+				 * and one again when the message it scheduled is due
+				 */
+				RelayRequestRecheck(MyDatabaseId, wake_due_at);
+				wake_due_at = 0;
 			}
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			recheck_pending = false;
 			wake_pending = false;
+			wake_due_at = 0;
 			break;
 		default:
 			break;
@@ -162,6 +180,23 @@ tide_relay_wake_worker(PG_FUNCTION_ARGS)
 	register_xact_callback();
 	wake_pending = true;
 	PG_RETURN_VOID();
+}
+
+/*
+ * A message is scheduled for deliver_at (src/schedule.c): at this
+ * transaction's commit the relay is woken as by tide._relay_wake_worker(),
+ * and the launcher is told the earliest such time, so that a database
+ * whose worker has left gets one then.
+ */
+void
+RelayWakeForScheduled(TimestampTz deliver_at)
+{
+	if (!TidePreloaded || Relay == NULL)
+		return;
+	register_xact_callback();
+	wake_pending = true;
+	if (wake_due_at == 0 || deliver_at < wake_due_at)
+		wake_due_at = deliver_at;
 }
 
 /*

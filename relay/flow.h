@@ -210,6 +210,14 @@ typedef struct RelayFlowRoutine
 	const char *units_wanted;
 
 	/*
+	 * A query of one timestamptz: when units_table will next have a row
+	 * that needs a worker (a scheduled message's time); NULL or no time:
+	 * never without a change that asks the launcher to look again. A worker
+	 * that leaves tells the launcher, which starts one then (on_demand.c).
+	 */
+	const char *units_due_at;
+
+	/*
 	 * Reads the flow's enabled rows from its catalog table, in the engine's
 	 * reading transaction (a snapshot is active; the flow connects to SPI
 	 * itself). A row whose unit is served with a reading of the same config

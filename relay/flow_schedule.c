@@ -17,10 +17,11 @@
  *
  * The unit keeps the database's worker (any_enabled, and units_wanted for
  * the worker's last look before it leaves: on_demand.c) while a row is due
- * within pg_tide.sweep_interval. A later row does not: the worker may
- * leave, and the launcher's periodic worker for the database (at most
- * every sweep_interval) moves it, so a row is at most about that late
- * when no pipeline keeps a worker.
+ * within RELAY_SCHEDULE_STAY_MS. A later row does not: the worker may
+ * leave, telling the launcher when the earliest row is due (units_due_at),
+ * and the launcher starts a worker RELAY_SCHEDULE_LEAD_MS before then. So
+ * a message scheduled for next month holds no worker slot for a month,
+ * and is not late for it.
  */
 #include "postgres.h"
 
@@ -30,6 +31,7 @@
 #include "utils/timestamp.h"
 
 #include "flow.h"
+#include "launcher.h"
 #include "pg_tide.h"
 #include "relay_xact.h"
 
@@ -43,10 +45,20 @@
  */
 #define SCHEDULE_BUSY_MS 1000
 
-/* The rows that need a worker: due within pg_tide.sweep_interval, not refused. */
+/*
+ * The rows that need a worker: due within RELAY_SCHEDULE_STAY_MS, not
+ * refused. The time is the statement's (the reading's and the look's
+ * transactions set it as they begin): clock_timestamp() is volatile, and a
+ * volatile bound cannot use the index on deliver_at, so every look would
+ * read the whole schedule.
+ */
 #define SCHEDULE_WANTED \
-	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)" \
-	" pg_catalog.current_setting('pg_tide.sweep_interval')::pg_catalog.interval)"
+	"refused_at IS NULL AND deliver_at OPERATOR(pg_catalog.<=) (pg_catalog.statement_timestamp() OPERATOR(pg_catalog.+)" \
+	" '" CppAsString2(RELAY_SCHEDULE_STAY_MS) " ms'::pg_catalog.interval)"
+
+/* When a row will next need a worker: the earliest not refused. */
+#define SCHEDULE_DUE_AT \
+	"SELECT pg_catalog.min(deliver_at) FROM tide.outbox_scheduled WHERE refused_at IS NULL"
 
 /* The schedule flow's state of its unit, kept across readings. */
 typedef struct ScheduleUnit
@@ -98,16 +110,17 @@ schedule_sql_changed(RelayUnit *u)
 }
 
 /*
- * The next time the unit is due: the earliest deliver_at still ahead, or
- * sooner, after SCHEDULE_BUSY_MS, when due rows were left behind.
+ * The next time the unit is due: the earliest deliver_at still ahead of $1
+ * (now, a parameter so that the index on deliver_at serves), or sooner,
+ * after SCHEDULE_BUSY_MS, when due rows were left behind.
  */
 #define SCHEDULE_NEXT_SQL \
 	"SELECT (SELECT pg_catalog.min(s.deliver_at) FROM tide.outbox_scheduled s" \
 	"         WHERE s.refused_at IS NULL" \
-	"           AND s.deliver_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())," \
+	"           AND s.deliver_at OPERATOR(pg_catalog.>) $1)," \
 	"       EXISTS (SELECT FROM tide.outbox_scheduled s" \
 	"                WHERE s.refused_at IS NULL" \
-	"                  AND s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+	"                  AND s.deliver_at OPERATOR(pg_catalog.<=) $1)"
 
 /*
  * Moves one chunk of due rows in a short transaction and sets when the
@@ -119,6 +132,7 @@ move_chunk(RelayUnit *u)
 	static SPIPlanPtr move_plan = NULL;
 	static SPIPlanPtr next_plan = NULL;
 	Oid			types[1] = {INT4OID};
+	Oid			next_types[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
 	int64		moved = 0;
 	bool		isnull;
@@ -135,8 +149,9 @@ move_chunk(RelayUnit *u)
 							 args, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not move the scheduled messages");
 		moved = TideSpiInt64(1, &isnull);
-		if (SPI_execute_plan(TidePlan(&next_plan, SCHEDULE_NEXT_SQL, 0, NULL),
-							 NULL, NULL, true, 1) != SPI_OK_SELECT)
+		args[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+		if (SPI_execute_plan(TidePlan(&next_plan, SCHEDULE_NEXT_SQL, 1, next_types),
+							 args, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read tide.outbox_scheduled");
 		ahead = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)
@@ -244,6 +259,7 @@ const RelayFlowRoutine RelayScheduleFlow = {
 	.unit_size = sizeof(ScheduleUnit),
 	.units_table = "outbox_scheduled",
 	.units_wanted = SCHEDULE_WANTED,
+	.units_due_at = SCHEDULE_DUE_AT,
 	.read = schedule_read,
 	.sql_changed = schedule_sql_changed,
 	.step = schedule_step,

@@ -7,8 +7,9 @@
  *		relay's shared memory and settings. What ordinary backends do to
  *		talk to it is in backend.c.
  *
- * The launcher works in passes, every few seconds and whenever its latch is
- * set (a worker started or ended, CREATE EXTENSION, a paused database):
+ * The launcher works in passes, every few seconds, whenever its latch is
+ * set (a worker started or ended, CREATE EXTENSION, a paused database),
+ * and when a database's scheduled message needs a worker (on_demand.c):
  *
  * 1. Reap: free the slot of every worker that has ended and remember why.
  *	  A worker that found no pg_tide marks its database "without pg_tide",
@@ -22,7 +23,9 @@
  *	  forget the databases that are gone.
  * 4. Start a worker for every connectable, non-template database that has
  *	  none, is not known to lack pg_tide, is not idle, is not paused and
- *	  did not just fail, up to pg_tide.max_relay_workers; then, with the
+ *	  did not just fail, up to pg_tide.max_relay_workers (an idle
+ *	  database whose scheduled message is due within
+ *	  RELAY_SCHEDULE_LEAD_MS is not idle); then, with the
  *	  slots left, the further workers of the databases whose worker found
  *	  an enabled pipeline, each with the lowest worker_index missing
  *	  (ownership.c shares out the pipelines).
@@ -84,6 +87,7 @@ typedef struct LauncherDb
 	TimestampTz backoff_until;	/* a worker failed: do not restart before */
 	bool		has_extension;	/* a worker found pg_tide, or CREATE EXTENSION said so */
 	TimestampTz idle_until;		/* no enabled pipeline: no worker before (on_demand.c) */
+	TimestampTz due_at;			/* a scheduled message is due: a worker then; 0: none */
 	TimestampTz unserved_since; /* 0: not waiting for a free worker */
 	bool		unserved_logged;	/* the wait was logged */
 	NameData	datname;		/* from the last scan */
@@ -280,6 +284,7 @@ launcher_db(Oid dboid)
 		db->seen = false;
 		db->has_extension = false;
 		db->idle_until = 0;
+		db->due_at = 0;
 		db->unserved_since = 0;
 		db->unserved_logged = false;
 		namestrcpy(&db->datname, "");
@@ -297,18 +302,35 @@ launcher_exit(int code, Datum arg)
 	SpinLockRelease(&Relay->mutex);
 }
 
+/* The earlier of two due times, where 0 is none. */
+static TimestampTz
+earlier_due(TimestampTz a, TimestampTz b)
+{
+	if (a == 0)
+		return b;
+	if (b == 0)
+		return a;
+	return Min(a, b);
+}
+
 /*
  * A worker left because its database has no enabled pipeline: the
- * database gets none until its periodic jobs are due again, unless a
+ * database gets none until its periodic jobs are due again or its next
+ * scheduled message (due_at, seen by the worker's look) is, unless a
  * recheck (a pipeline changed) was asked after the worker's look began,
  * which that look may have missed: then another starts at once.
  */
 static void
-launcher_note_idle(LauncherDb *db, TimestampTz looked_at, TimestampTz now)
+launcher_note_idle(LauncherDb *db, TimestampTz looked_at, TimestampTz due_at, TimestampTz now)
 {
 	if (looked_at < db->last_recheck)
+	{
+		db->due_at = earlier_due(db->due_at, due_at);
 		return;
+	}
 	db->idle_until = TimestampTzPlusMilliseconds(now, RelayIdleLookMs());
+	/* the look saw every message scheduled before it began */
+	db->due_at = due_at;
 }
 
 /* Pass phase 1: frees the slots of workers that have ended. */
@@ -327,6 +349,7 @@ launcher_reap(TimestampTz now)
 		RelayExitReason reason;
 		bool		serving;
 		TimestampTz looked_at;
+		TimestampTz due_at;
 
 		SpinLockAcquire(&Relay->mutex);
 		in_use = slot->in_use;
@@ -337,6 +360,7 @@ launcher_reap(TimestampTz now)
 		registered_at = slot->registered_at;
 		reason = slot->exit_reason;
 		looked_at = slot->looked_at;
+		due_at = slot->due_at;
 		SpinLockRelease(&Relay->mutex);
 
 		if (!in_use)
@@ -375,7 +399,7 @@ launcher_reap(TimestampTz now)
 			launcher_db(dboid)->backoff_until =
 				TimestampTzPlusMilliseconds(now, RELAY_ERROR_BACKOFF_MS);
 		else if (reason == RELAY_EXIT_IDLE)
-			launcher_note_idle(launcher_db(dboid), looked_at, now);
+			launcher_note_idle(launcher_db(dboid), looked_at, due_at, now);
 		if (serving && reason != RELAY_EXIT_NO_EXTENSION)
 			launcher_db(dboid)->has_extension = true;
 
@@ -400,6 +424,7 @@ launcher_take_requests(TimestampTz now)
 {
 	Oid			rechecks[RELAY_MAX_DB_REQUESTS];
 	TimestampTz recheck_times[RELAY_MAX_DB_REQUESTS];
+	TimestampTz due_times[RELAY_MAX_DB_REQUESTS];
 	int			nrechecks = 0;
 	TimestampTz recheck_all;
 
@@ -415,8 +440,10 @@ launcher_take_requests(TimestampTz now)
 		if (r->recheck_at != 0)
 		{
 			rechecks[nrechecks] = r->dboid;
+			due_times[nrechecks] = r->due_at;
 			recheck_times[nrechecks++] = r->recheck_at;
 			r->recheck_at = 0;
+			r->due_at = 0;
 		}
 		if (r->paused_until <= now)
 			r->dboid = InvalidOid;
@@ -431,6 +458,7 @@ launcher_take_requests(TimestampTz now)
 		db->has_extension = true;	/* CREATE EXTENSION or a pipeline change committed there */
 		db->last_recheck = Max(db->last_recheck, recheck_times[i]);
 		db->idle_until = 0;
+		db->due_at = earlier_due(db->due_at, due_times[i]);
 	}
 	if (recheck_all != 0)
 	{
@@ -558,6 +586,7 @@ launcher_start_worker(Oid dboid, int index, TimestampTz now)
 		slot->npipelines = 0;
 		slot->busy = false;
 		slot->looked_at = 0;
+		slot->due_at = 0;
 		slot->generation = generation = ++Relay->next_generation;
 		slot->pid = 0;
 		slot->latch = NULL;
@@ -737,9 +766,13 @@ launcher_pass(MemoryContext cxt)
 	foreach(lc, dboids)
 	{
 		Oid			dboid = lfirst_oid(lc);
+		bool		due;
 
 		db = launcher_db(dboid);
-		if (db->no_extension || db->backoff_until > now || db->idle_until > now)
+		/* a worker that starts now stays until the message's time */
+		due = db->due_at != 0 &&
+			db->due_at <= TimestampTzPlusMilliseconds(now, RELAY_SCHEDULE_LEAD_MS);
+		if (db->no_extension || db->backoff_until > now || (db->idle_until > now && !due))
 		{
 			db->unserved_since = 0;
 			continue;
@@ -749,6 +782,9 @@ launcher_pass(MemoryContext cxt)
 			if (serving)
 				db->has_extension = true;
 			launcher_note_served(db);
+			/* it moves the message; when it leaves, it tells the next */
+			if (due)
+				db->due_at = 0;
 			continue;
 		}
 		if (!out_of_workers)
@@ -758,6 +794,8 @@ launcher_pass(MemoryContext cxt)
 			if (started == LAUNCHER_STARTED)
 			{
 				launcher_note_served(db);
+				if (due)
+					db->due_at = 0;
 				continue;
 			}
 			if (started == LAUNCHER_PAUSED)
@@ -791,6 +829,35 @@ launcher_pass(MemoryContext cxt)
 				launcher_start_worker(dboid, index, now) != LAUNCHER_STARTED)
 				return;
 	}
+}
+
+/*
+ * How long the launcher naps: RELAY_LAUNCHER_NAP_MS, or less when a
+ * database's scheduled message needs a worker sooner. A due time already
+ * passed is not waited for: the pass just made could not start its worker
+ * (paused, failed, no worker free), and the next one tries again.
+ */
+static long
+launcher_nap_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz wake_at = TimestampTzPlusMilliseconds(now, RELAY_LAUNCHER_NAP_MS);
+	HASH_SEQ_STATUS status;
+	LauncherDb *db;
+
+	hash_seq_init(&status, launcher_dbs);
+	while ((db = hash_seq_search(&status)) != NULL)
+	{
+		TimestampTz start_at;
+
+		if (db->due_at == 0)
+			continue;
+		start_at = TimestampTzPlusMilliseconds(db->due_at, -RELAY_SCHEDULE_LEAD_MS);
+		if (start_at > now && start_at < wake_at)
+			wake_at = start_at;
+	}
+	/* rounded up: a nap that ends early would pass without starting it */
+	return (long) ((wake_at - now + 999) / 1000);
 }
 
 /* Entry point of the launcher. */
@@ -842,7 +909,7 @@ RelayLauncherMain(Datum main_arg)
 		MemoryContextReset(pass_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 RELAY_LAUNCHER_NAP_MS, PG_WAIT_EXTENSION);
+						 launcher_nap_ms(), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

@@ -35,6 +35,14 @@
  * is the interval.
  */
 #define RELAY_IDLE_LOOK_MAX_MS	60000
+/*
+ * A database's worker stays while a scheduled message is due within
+ * RELAY_SCHEDULE_STAY_MS (flow_schedule.c); for a later one it leaves, and
+ * the launcher starts a worker RELAY_SCHEDULE_LEAD_MS before the message's
+ * time (less than the stay, so that worker stays until then).
+ */
+#define RELAY_SCHEDULE_STAY_MS	4000
+#define RELAY_SCHEDULE_LEAD_MS	2000
 
 /* Why a worker ended, as it tells the launcher. */
 typedef enum RelayExitReason
@@ -68,6 +76,7 @@ typedef struct RelayWorkerSlot
 	int			npipelines;		/* pipelines it served at its last pass */
 	bool		busy;			/* its last reading found an enabled pipeline */
 	TimestampTz looked_at;		/* before the snapshot of its last look for one */
+	TimestampTz due_at;			/* that look's next scheduled message; 0: none */
 	pg_atomic_uint64 passes;
 	pg_atomic_uint64 wakeups;
 } RelayWorkerSlot;
@@ -78,6 +87,8 @@ typedef struct RelayDbRequest
 	Oid			dboid;			/* InvalidOid: free entry */
 	TimestampTz paused_until;
 	TimestampTz recheck_at;		/* 0: no recheck asked */
+	TimestampTz due_at;			/* with the recheck, the earliest message the
+								 * asking commit scheduled; 0: none */
 } RelayDbRequest;
 
 typedef struct RelayShared
@@ -107,8 +118,11 @@ extern bool RelayDatabasePaused(Oid dboid, TimestampTz now);
 extern RelayDbRequest *RelayFindRequest(Oid dboid, bool create, TimestampTz now);
 extern void RelayWakeLauncher(void);
 
-/* backend.c: asks the launcher to look at a database again, soon */
-extern void RelayRequestRecheck(Oid dboid);
+/*
+ * backend.c: asks the launcher to look at a database again, soon, and to
+ * start a worker for it at due_at (a scheduled message; 0: none)
+ */
+extern void RelayRequestRecheck(Oid dboid, TimestampTz due_at);
 extern PGDLLEXPORT void RelayLauncherMain(Datum main_arg);
 
 /* on_demand.c */

@@ -25,9 +25,16 @@
  *	  after a leaving worker's look began may not have been seen by that
  *	  look: the launcher does not count that worker's exit as idle and
  *	  starts another at once (launcher.c, launcher_note_idle).
- * 4. An idle database gets a worker again after RelayIdleLookMs() for its
+ * 4. A flow whose rows need a worker at a time (a scheduled message:
+ *	  units_due_at) is told by the leaving worker's look, which gives the
+ *	  launcher the earliest such time in its slot; a commit that scheduled
+ *	  a message gives it with its recheck. The launcher starts a worker
+ *	  RELAY_SCHEDULE_LEAD_MS before that time, which stays until it.
+ * 5. An idle database gets a worker again after RelayIdleLookMs() for its
  *	  periodic jobs; that look also catches anything the steps above could
- *	  miss (a full request table falls back to looking at every database).
+ *	  miss (a full request table falls back to looking at every database,
+ *	  a launcher started anew knows no due time and starts a worker for
+ *	  every database, whose look tells it again).
  *
  * Publishing never needs a worker: without a child table made ahead it
  * writes into the parent table (src/partitions.c).
@@ -54,15 +61,45 @@ RelayIdleLookMs(void)
 }
 
 /*
+ * The earliest time a flow's table will next need a worker (units_due_at),
+ * read in the look's transaction after no_enabled_unit saw none now; 0:
+ * none.
+ */
+static TimestampTz
+units_next_due(void)
+{
+	static SPIPlanPtr plans[RELAY_MAX_FLOWS];
+	TimestampTz due_at = 0;
+
+	for (int i = 0; RelayFlows[i] != NULL; i++)
+	{
+		bool		isnull;
+		Datum		at;
+
+		if (RelayFlows[i]->units_due_at == NULL)
+			continue;
+		if (SPI_execute_plan(TidePlan(&plans[i], RelayFlows[i]->units_due_at, 0, NULL),
+							 NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not read when tide.%s next needs a relay worker",
+				 RelayFlows[i]->units_table);
+		at = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull && (due_at == 0 || DatumGetTimestampTz(at) < due_at))
+			due_at = DatumGetTimestampTz(at);
+	}
+	return due_at;
+}
+
+/*
  * Whether the database has no enabled unit of any flow (flows.c: forward
  * pipelines, and the units of the flows of the second direction), seen
  * under a lock on each flow's table; false when a lock cannot be had now,
  * and while the catalog is not the library's version: that worker waits
  * for ALTER EXTENSION pg_tide UPDATE and says so once (units.c), and an
- * older catalog's trigger may not ask the launcher to look again.
+ * older catalog's trigger may not ask the launcher to look again. When
+ * none, *due_at is when a unit will next need a worker (0: none known).
  */
 static bool
-no_enabled_unit(void)
+no_enabled_unit(TimestampTz *due_at)
 {
 	static SPIPlanPtr plans[RELAY_MAX_FLOWS];
 	bool		none = false;
@@ -96,6 +133,8 @@ no_enabled_unit(void)
 			none = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 				!isnull;
 		}
+		if (none)
+			*due_at = units_next_due();
 	}
 	RelayEndShortXact(CurrentMemoryContext);
 	return none;
@@ -111,6 +150,7 @@ bool
 RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight)
 {
 	TimestampTz looked_at;
+	TimestampTz due_at = 0;
 
 	SpinLockAcquire(&Relay->mutex);
 	slot->busy = any_enabled;
@@ -120,10 +160,11 @@ RelayLeaveWhenIdle(RelayWorkerSlot *slot, bool any_enabled, int in_flight)
 
 	/* before the look's snapshot: a pipeline committed earlier is seen */
 	looked_at = GetCurrentTimestamp();
-	if (!no_enabled_unit())
+	if (!no_enabled_unit(&due_at))
 		return false;
 	SpinLockAcquire(&Relay->mutex);
 	slot->looked_at = looked_at;
+	slot->due_at = due_at;
 	SpinLockRelease(&Relay->mutex);
 	return true;
 }

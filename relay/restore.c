@@ -84,7 +84,7 @@ static void
 restore_session_exit(int code, Datum arg)
 {
 	if (holds_restore_lock && OidIsValid(MyDatabaseId))
-		RelayRequestRecheck(MyDatabaseId);
+		RelayRequestRecheck(MyDatabaseId, 0);
 }
 
 /* The table of the COPY that RelayBeginRestoreCopy let skip its triggers. */
@@ -138,7 +138,7 @@ RelayNoteSessionSetting(Node *parsetree)
 		holds_restore_lock)
 	{
 		holds_restore_lock = false;
-		RelayRequestRecheck(MyDatabaseId);
+		RelayRequestRecheck(MyDatabaseId, 0);
 	}
 	if (!IsA(parsetree, VariableSetStmt) || !OidIsValid(MyDatabaseId) || !superuser())
 		return;
@@ -158,7 +158,7 @@ RelayNoteSessionSetting(Node *parsetree)
 	else
 	{
 		LockRelease(&tag, ShareLock, true);
-		RelayRequestRecheck(MyDatabaseId);
+		RelayRequestRecheck(MyDatabaseId, 0);
 	}
 	holds_restore_lock = off == 1;
 }

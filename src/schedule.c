@@ -22,13 +22,13 @@
 #include "payload_schema.h"
 #include "pg_tide.h"
 #include "publish_args.h"
+#include "schedule_wake.h"
 
 PG_FUNCTION_INFO_V1(tide_outbox_schedule);
 PG_FUNCTION_INFO_V1(tide_outbox_unschedule);
 
 static SPIPlanPtr schedule_plan = NULL;
 static SPIPlanPtr unschedule_plan = NULL;
-static SPIPlanPtr wake_plan = NULL;
 
 /*
  * The row goes in only when the outbox exists and is enabled, as a
@@ -136,10 +136,11 @@ tide_outbox_schedule(PG_FUNCTION_ARGS)
 	if (SPI_processed == 0)
 		refuse_outbox(name);
 	id = TideSpiInt64(1, &isnull);
-	/* at commit, the relay looks at once and waits for the row's time */
-	if (SPI_execute_plan(TidePlan(&wake_plan, "SELECT tide._relay_wake_worker()", 0, NULL),
-						 NULL, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not ask the relay to look at the schedule");
+	/*
+	 * at commit, the relay looks at once and waits for the row's time; a
+	 * database whose worker leaves meanwhile gets one then
+	 */
+	RelayWakeForScheduled(deliver_at);
 	TidePublishEnd(save_userid, save_sec_context);
 
 	PG_RETURN_INT64(id);

@@ -48,6 +48,10 @@ DECLARE
 	row_expires_at timestamptz;
 	refusal text;
 	refusal_state text;
+	-- a parameter, not clock_timestamp() in the queries: a volatile bound
+	-- cannot use the index on deliver_at, and every move would read the
+	-- whole schedule
+	due_by timestamptz := clock_timestamp();
 BEGIN
 	IF p_name IS NOT NULL THEN
 		PERFORM tide._check_name('outbox', p_name);
@@ -60,7 +64,7 @@ BEGIN
 	FOR due_outbox IN
 		SELECT DISTINCT d.outbox_name FROM tide.outbox_scheduled d
 		  JOIN tide.tide_outbox_config c ON c.outbox_name = d.outbox_name
-		 WHERE d.deliver_at <= clock_timestamp() AND d.refused_at IS NULL AND c.enabled
+		 WHERE d.deliver_at <= due_by AND d.refused_at IS NULL AND c.enabled
 		   AND (p_name IS NULL OR d.outbox_name = p_name)
 		 ORDER BY 1
 	LOOP
@@ -70,7 +74,7 @@ BEGIN
 		-- leaves the outbox's rows for a later move; neither stops the others
 		FOR due IN
 			SELECT d.id FROM tide.outbox_scheduled d
-			 WHERE d.outbox_name = due_outbox AND d.deliver_at <= clock_timestamp()
+			 WHERE d.outbox_name = due_outbox AND d.deliver_at <= due_by
 			   AND d.refused_at IS NULL
 			 ORDER BY d.deliver_at, d.id
 			 LIMIT p_limit - moved
