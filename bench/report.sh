@@ -181,6 +181,12 @@ publish_rows() {
 		"$(ratio capture.sh updates_per_s capture updates_per_s plpgsql)"
 	target_row "change capture, UPDATE-heavy: captured table / PgQ's jsontriga" ">=" 1 "%.3f" \
 		"$(ratio capture.sh updates_per_s capture updates_per_s pgq)"
+	target_row "publish with a 20-property payload schema / without one" ">=" 0.8 "%.3f" \
+		"$(ratio schema.sh publish_schema with_schema publish_schema without_schema)"
+	target_row "publish rate with 100,000 messages scheduled far ahead / schedule empty" ">=" 0.95 "%.3f" \
+		"$(ratio schedule.sh schedule_publish far schedule_publish empty)"
+	target_row "relay rate with 100,000 messages scheduled far ahead / schedule empty" ">=" 0.95 "%.3f" \
+		"$(ratio schedule.sh schedule_relay far schedule_relay empty)"
 	echo
 	echo "\"Flat\" catch-up is read as: the rate with 1,000,000 messages waiting is at least 0.9 of the"
 	echo "rate with 100,000 waiting."
@@ -230,6 +236,44 @@ publish_rows() {
 			"$(cell %.0f $(stat publish.sh "table_bytes_${n}x8" plain))" \
 			"$(cell %.0f $(stat publish.sh "table_bytes_${n}x8" tide))" \
 			"$(cell %.0f $(stat publish.sh "table_bytes_${n}x8" pgq))"
+	done
+	echo
+	echo "### Change capture, payload schemas and scheduled messages"
+	echo
+	echo "Change capture (\`bench/capture.sh\`): pgbench clients updating rows of a 10,000-row table,"
+	echo "updates per second, with no trigger, captured by \`tide.outbox_capture\`, with a PL/pgSQL"
+	echo "trigger that builds the same payload and calls \`tide.outbox_publish\`, and with PgQ's"
+	echo "\`pgq.jsontriga\` into a PgQ queue."
+	echo
+	echo "| no trigger | capture | PL/pgSQL trigger | PgQ jsontriga | capture / PL/pgSQL | capture / PgQ |"
+	echo "|---:|---:|---:|---:|---:|---:|"
+	printf '| %s | %s | %s | %s | %s | %s |\n' \
+		"$(cell %.0f $(stat capture.sh updates_per_s none))" "$(cell %.0f $(stat capture.sh updates_per_s capture))" \
+		"$(cell %.0f $(stat capture.sh updates_per_s plpgsql))" "$(cell %.0f $(stat capture.sh updates_per_s pgq))" \
+		"$(cell %.3f $(ratio capture.sh updates_per_s capture updates_per_s plpgsql))" \
+		"$(cell %.3f $(ratio capture.sh updates_per_s capture updates_per_s pgq))"
+	echo
+	echo "Payload schemas (\`bench/schema.sh\`): \`outbox_publish\` of the same 20-property payload into"
+	echo "an outbox without a schema and into one whose schema checks all 20 properties, msg/s."
+	echo
+	echo "| without a schema | with a schema | with / without |"
+	echo "|---:|---:|---:|"
+	printf '| %s | %s | %s |\n' "$(cell %.0f $(stat schema.sh publish_schema without_schema))" \
+		"$(cell %.0f $(stat schema.sh publish_schema with_schema))" \
+		"$(cell %.3f $(ratio schema.sh publish_schema with_schema publish_schema without_schema))"
+	echo
+	echo "Scheduled messages (\`bench/schedule.sh\`): the publish rate (pgbench, \`outbox_publish\`) and"
+	echo "the relay rate (a backlog to a local inbox) of unscheduled messages, with the schedule empty,"
+	echo "holding 100,000 messages due 30 days ahead (far), and the same while messages of another"
+	echo "outbox fall due at 200 a second (due), msg/s."
+	echo
+	echo "| schedule | publish | / empty | relay | / empty |"
+	echo "|---|---:|---:|---:|---:|"
+	for c in empty far due; do
+		printf '| %s | %s | %s | %s | %s |\n' "$c" "$(cell %.0f $(stat schedule.sh schedule_publish $c))" \
+			"$(cell %.3f $(ratio schedule.sh schedule_publish $c schedule_publish empty))" \
+			"$(cell %.0f $(stat schedule.sh schedule_relay $c))" \
+			"$(cell %.3f $(ratio schedule.sh schedule_relay $c schedule_relay empty))"
 	done
 	echo
 	echo "## Consuming"

@@ -5,7 +5,9 @@
 # rate; latency, catch-up, worker memory), inbox_sink.sh (outbox to a local
 # inbox against a plain INSERT ... SELECT), inbox_handler.sh (a handler run by
 # the relay against inbox_process in a client loop), capture.sh (an UPDATE-heavy
-# workload on a captured table against a PL/pgSQL trigger and PgQ's jsontriga)
+# workload on a captured table against a PL/pgSQL trigger and PgQ's jsontriga),
+# schema.sh (publishing with a payload schema against without one),
+# schedule.sh (unscheduled messages' rates beside a full schedule)
 # and sustained.sh (25 minutes of
 # steady publishing and consuming; SUSTAINED_DURATION shortens it), each in its own throwaway
 # cluster, then writes bench/RESULTS.md and bench/results/*.png.
@@ -61,7 +63,7 @@ export BENCH_RAW=$WORK/raw.tsv
 cat "$WORK/machine.txt"
 
 started=$SECONDS
-for script in publish.sh consume.sh relay.sh inbox_sink.sh inbox_handler.sh capture.sh sustained.sh; do
+for script in publish.sh consume.sh relay.sh inbox_sink.sh inbox_handler.sh capture.sh schema.sh schedule.sh sustained.sh; do
 	log "suite: $script"
 	"$BENCH_DIR/$script"
 done
