@@ -199,6 +199,10 @@ CaptureRowJsonb(CaptureRowColumns *row, TupleDesc desc, HeapTuple tuple)
 		CaptureColumn *column = &row->columns[i];
 		JsonbValue	key;
 
+		/* the relcache callback makes the columns again before the table's shape changes */
+		if (column->attnum > desc->natts ||
+			TupleDescAttr(desc, column->attnum - 1)->atttypid != column->typid)
+			elog(ERROR, "the capture trigger's columns are out of date");
 		key.type = jbvString;
 		key.val.string.val = column->name;
 		key.val.string.len = strlen(column->name);
