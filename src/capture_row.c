@@ -121,6 +121,17 @@ CaptureRowColumnsFor(TupleDesc desc, MemoryContext context)
 	return row;
 }
 
+/* The value of an int2, int4 or int8 column. */
+static int64
+integer_value(Oid typid, Datum value)
+{
+	if (typid == INT2OID)
+		return DatumGetInt16(value);
+	if (typid == INT4OID)
+		return DatumGetInt32(value);
+	return DatumGetInt64(value);
+}
+
 /* Pushes to_jsonb of one value: a scalar as itself, a container whole. */
 static void
 push_to_jsonb(JsonbParseState **state, CaptureColumn *column, Datum value)
@@ -157,9 +168,7 @@ push_column(JsonbParseState **state, CaptureColumn *column, Datum value, bool is
 			break;
 		case CONVERT_INTEGER:
 			converted.type = jbvNumeric;
-			converted.val.numeric = int64_to_numeric(column->typid == INT2OID ? DatumGetInt16(value) :
-													 column->typid == INT4OID ? DatumGetInt32(value) :
-													 DatumGetInt64(value));
+			converted.val.numeric = int64_to_numeric(integer_value(column->typid, value));
 			break;
 		case CONVERT_TEXT:
 			/* a string beyond jsonb's limit: to_jsonb raises its error */
