@@ -7,7 +7,8 @@
 # trigger at all. Target (issue 27): the capture at least 0.8 of the
 # PL/pgSQL trigger, and at least jsontriga. See bench/README.md. Besides
 # each side's rate, the CPU its backends spent per update (the steadier
-# figure on a machine where other work runs too).
+# figure on a machine where other work runs too), and at the end each
+# trigger's own time per row.
 #
 # Run as root. pg_tide must already be installed (test/run-tests.sh, or
 # PG_CONFIG naming an installation that has it); PgQ is installed from
@@ -183,5 +184,26 @@ for round in $(seq 1 "$REPEATS"); do
 			if (cpu["capture"] > 0 && cpu["pgq"] > 0)
 				printf "  round %s  CPU per update, pgq / capture     = %.2f\n", r, cpu["pgq"] / cpu["capture"]
 		}' "${BENCH_RAW:-$TIDE_CLUSTER/raw.tsv}"
+done
+
+# The triggers' own time per row, as EXPLAIN ANALYZE reports it for an
+# UPDATE of every row in one statement: each trigger without the client,
+# the statement and the commit around it, the figure least moved by other
+# work on the machine. REPEATS times, the sides in turn.
+trigger_us_per_row() {
+	psql_db -A -t -c "EXPLAIN (ANALYZE, COSTS OFF) UPDATE bench.t_$1 SET balance = balance + 1, updated_at = now()" |
+		sed -n 's/^Trigger .*: time=\([0-9.]*\) calls=\([0-9]*\)$/\1 \2/p' |
+		awk '{ printf "%.2f", $1 * 1000 / $2 }'
+}
+log "trigger time per row: UPDATE of all $ROWS rows in one statement, $REPEATS times"
+psql_db -c "SELECT tide._outbox_partitions_maintain()" >/dev/null
+for round in $(seq 1 "$REPEATS"); do
+	for side in $SIDES; do
+		[ "$side" != none ] || continue
+		psql_db -c "VACUUM bench.t_$side" >/dev/null
+		us=$(trigger_us_per_row "$side")
+		bench_record "trigger_us_per_row" "$side" "$round" "$us"
+		printf '  round %s  %-8s %8s us per row in the trigger\n' "$round" "$side" "$us"
+	done
 done
 bench_summary
