@@ -7,7 +7,7 @@
  * to_jsonb(row) looks up every column's type category and output function
  * again for each row, writes integers out as text and reads them back as
  * numeric: about a fifth of what the trigger spent per row
- * (bench/RESULTS-why.md). Here:
+ * (bench/RESULTS-history.md, "Change capture profiled"). Here:
  *
  * 1. Once per trigger and table shape (CaptureRowColumns, rebuilt after a
  *	  relcache invalidation of the table: src/capture.c), each column's
