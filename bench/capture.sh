@@ -116,9 +116,9 @@ reaped_cpu_ticks() {
 
 # Waits (at most 5 s) until the backends of the database have ended.
 wait_backends_ended() {
-	local postmaster i
+	local postmaster
 	postmaster=$(head -1 "$TIDE_CLUSTER/data/postmaster.pid")
-	for i in $(seq 1 100); do
+	for _ in $(seq 1 100); do
 		pgrep -P "$postmaster" -f "postgres: .* $DB " >/dev/null || return 0
 		sleep 0.05
 	done
