@@ -114,7 +114,8 @@ reaped_cpu_ticks() {
 	awk '{ print $16 + $17 }' "/proc/$(head -1 "$TIDE_CLUSTER/data/postmaster.pid")/stat"
 }
 
-# Waits (at most 5 s) until the backends of the database have ended.
+# Waits (at most 5 s) until the backends of the database have ended; exits
+# the bench when they have not.
 wait_backends_ended() {
 	local postmaster
 	postmaster=$(head -1 "$TIDE_CLUSTER/data/postmaster.pid")
