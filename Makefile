@@ -20,6 +20,7 @@ OBJS = \
 	src/consumer.o \
 	src/commit.o \
 	src/capture.o \
+	src/capture_row.o \
 	src/capture_options.o \
 	src/capture_admin.o \
 	src/capture_backfill.o \

@@ -16,7 +16,9 @@
  *	  publishes nothing.
  * 2. The row becomes jsonb as to_jsonb(NEW) would make it, read with the
  *	  table's tuple descriptor of now, so that a column added or dropped
- *	  since the capture began is in the payload or not, like in the table.
+ *	  since the capture began is in the payload or not, like in the table
+ *	  (src/capture_row.c: the columns' conversions are kept per trigger
+ *	  and made again after a relcache invalidation of the table).
  * 3. The payload {"op", "table", "key", "new", "old"} is built from it
  *	  without the "ignore" columns; the key (the row's values of the key
  *	  columns, the old row's on DELETE) is also the message's header
@@ -33,11 +35,10 @@
 #include "catalog/pg_class.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -56,12 +57,33 @@ typedef struct CaptureTrigger
 	char	   *args;			/* the options' text it was read from */
 	MemoryContext context;		/* holds everything below */
 	CaptureOptions options;
-	FmgrInfo	to_jsonb;		/* to_jsonb() of the table's row type */
 	Oid			relid;			/* the table the trigger is on */
 	Oid			table;			/* the captured table: a partition's captured ancestor */
+	MemoryContext columns_context;	/* holds columns, a child of context */
+	CaptureRowColumns *columns; /* the table's columns; NULL: to be made */
+	bool		columns_valid;	/* false after a relcache invalidation of relid */
 } CaptureTrigger;
 
 static HTAB *capture_triggers = NULL;
+
+/*
+ * Relcache callback: the columns of a table (of every table, for a reset)
+ * are made again at the next row. Only marks them: a conversion may be in
+ * progress when an invalidation is taken in.
+ */
+static void
+capture_relcache_callback(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS seq;
+	CaptureTrigger *entry;
+
+	if (capture_triggers == NULL)
+		return;
+	hash_seq_init(&seq, capture_triggers);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (!OidIsValid(relid) || entry->relid == relid)
+			entry->columns_valid = false;
+}
 
 /* The trigger's arguments: the outbox and the options' text. */
 static void
@@ -104,7 +126,6 @@ capture_trigger(Trigger *trigger, Relation rel)
 	CaptureTrigger *entry;
 	bool		found;
 	MemoryContext old;
-	FuncExpr   *call;
 
 	trigger_args(trigger, &outbox, &args);
 	if (capture_triggers == NULL)
@@ -116,6 +137,7 @@ capture_trigger(Trigger *trigger, Relation rel)
 		ctl.hcxt = CacheMemoryContext;
 		capture_triggers = hash_create("pg_tide capture triggers", 16, &ctl,
 									   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterRelcacheCallback(capture_relcache_callback, (Datum) 0);
 	}
 	entry = hash_search(capture_triggers, &trigger->tgoid, HASH_ENTER, &found);
 	if (found && entry->context != NULL)
@@ -133,19 +155,30 @@ capture_trigger(Trigger *trigger, Relation rel)
 		CaptureParseOptions(DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(args))),
 							&entry->options);
 		entry->args = pstrdup(args);
-
-		/* to_jsonb reads its argument's type from the call expression */
-		fmgr_info_cxt(F_TO_JSONB, &entry->to_jsonb, context);
-		call = makeFuncExpr(F_TO_JSONB, JSONBOID,
-							list_make1(makeNullConst(rel->rd_rel->reltype, -1, InvalidOid)),
-							InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
-		entry->to_jsonb.fn_expr = (Node *) call;
 		MemoryContextSwitchTo(old);
 		entry->relid = RelationGetRelid(rel);
 		entry->table = captured_table(trigger, rel);
+		entry->columns_context = AllocSetContextCreate(context, "pg_tide capture columns",
+													   ALLOCSET_SMALL_SIZES);
+		entry->columns = NULL;
 		entry->context = context;
 	}
 	return entry;
+}
+
+/* The table's columns as the trigger converts them, made again when the table changed. */
+static CaptureRowColumns *
+capture_columns(CaptureTrigger *entry, Relation rel)
+{
+	if (entry->columns == NULL || !entry->columns_valid)
+	{
+		MemoryContextReset(entry->columns_context);
+		entry->columns = NULL;
+		/* an invalidation taken in from here on makes them again at the next row */
+		entry->columns_valid = true;
+		entry->columns = CaptureRowColumnsFor(RelationGetDescr(rel), entry->columns_context);
+	}
+	return entry->columns;
 }
 
 /* Whether the name is in the list of names. */
@@ -192,9 +225,7 @@ changed_beyond_ignored(Relation rel, HeapTuple old_tuple, HeapTuple new_tuple, L
 static Jsonb *
 row_jsonb(CaptureTrigger *entry, Relation rel, HeapTuple tuple)
 {
-	Datum		row = heap_copy_tuple_as_datum(tuple, RelationGetDescr(rel));
-
-	return DatumGetJsonbP(FunctionCall1(&entry->to_jsonb, row));
+	return CaptureRowJsonb(capture_columns(entry, rel), RelationGetDescr(rel), tuple);
 }
 
 /* A JSON string value. */

@@ -10,6 +10,8 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "storage/lockdefs.h"
@@ -46,6 +48,11 @@ typedef struct CaptureOptions
 /* capture_options.c */
 extern void CaptureParseOptions(Jsonb *options, CaptureOptions *out);
 extern char *CaptureOptionsText(const CaptureOptions *options);
+
+/* capture_row.c: a row as to_jsonb(row) makes it, each column's conversion kept */
+typedef struct CaptureRowColumns CaptureRowColumns;
+extern CaptureRowColumns *CaptureRowColumnsFor(TupleDesc desc, MemoryContext context);
+extern Jsonb *CaptureRowJsonb(CaptureRowColumns *row, TupleDesc desc, HeapTuple tuple);
 
 /* capture.c: one row's message, published as the table's owner; returns the key */
 extern Jsonb *CapturePublish(Oid table, const char *outbox, CaptureOptions *options,

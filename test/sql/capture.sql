@@ -206,6 +206,54 @@ SELECT tide.outbox_uncapture('cap_old');
 SELECT count(*) AS backfills_left FROM tide.outbox_backfills;
 DROP TABLE cap_old;
 
+-- every column type is published as to_jsonb(row) makes it, before and after ALTER TABLE
+SELECT pg_temp.clear();
+CREATE DOMAIN cap_positive AS int CHECK (VALUE > 0);
+CREATE TYPE cap_mood AS ENUM ('calm', 'busy');
+CREATE TYPE cap_pair AS (a int, b text);
+CREATE TABLE cap_types (id int PRIMARY KEY, b bool, i2 int2, i8 int8, n numeric, f float8, r real,
+	t text, vc varchar(5), c char(3), nm name, d date, ts timestamp, tz timestamptz, tm time,
+	iv interval, u uuid, j json, jb jsonb, arr int[], tarr text[], pair cap_pair, mood cap_mood,
+	pos cap_positive, bin bytea, addr inet);
+SELECT tide.outbox_capture('cap_types', 'cap', '{"old_row": true}');
+INSERT INTO cap_types VALUES
+	(1, true, -32768, 9223372036854775807, 12.500, 'Infinity', 'NaN', 'a "quoted" é\ text', 'ab', 'x',
+	 'nm', '2026-02-03', '2026-02-03 04:05:06.789', '2026-02-03 04:05:06+02', '04:05', '1 day 2 hours',
+	 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"k": [1, 2.50]}', '{"k": [1, 2.50]}', '{1,NULL,3}',
+	 '{"x","y z"}', ROW(1, 'p'), 'busy', 7, '\x00ff', '10.0.0.1/8'),
+	(2, false, 0, 0, 'NaN', '-Infinity', 1.5, '', NULL, NULL, NULL, 'infinity', '-infinity', 'infinity',
+	 NULL, NULL, NULL, 'null', '"s"', '{}', NULL, ROW(NULL, NULL), NULL, NULL, NULL, NULL),
+	(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+	 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+CREATE TEMP TABLE cap_inserted AS SELECT cap_row.id, to_jsonb(cap_row)::text AS row FROM cap_types cap_row;
+UPDATE cap_types SET n = n * 2, i2 = 5 WHERE id = 1;
+DELETE FROM cap_types WHERE id = 2;
+-- compared as text: the same keys, values and number scales
+SELECT m.payload->>'op' AS op, m.payload->'key' AS key,
+	   CASE m.payload->>'op'
+		   WHEN 'insert' THEN (m.payload->'new')::text = i.row
+		   WHEN 'update' THEN (m.payload->'new')::text = (SELECT to_jsonb(cap_row)::text FROM cap_types cap_row
+													   WHERE cap_row.id = i.id)
+							  AND (m.payload->'old')::text = i.row
+		   WHEN 'delete' THEN (m.payload->'old')::text = i.row AND NOT m.payload ? 'new'
+	   END AS as_to_jsonb
+  FROM pg_temp.messages() m JOIN cap_inserted i ON i.id = (m.payload->'key'->>'id')::int
+ ORDER BY m.id;
+SELECT payload->'new' AS inserted FROM pg_temp.messages() ORDER BY id LIMIT 1;
+-- the columns' types change: the next row is read with the new ones
+ALTER TABLE cap_types ALTER COLUMN i8 TYPE text, ALTER COLUMN t TYPE int USING length(t),
+	ADD COLUMN extra int2 DEFAULT 4, DROP COLUMN tm;
+UPDATE cap_types SET b = NOT b WHERE id = 1;
+SELECT payload->'new'->'i8' AS i8, payload->'new'->'t' AS t, payload->'new'->'extra' AS extra,
+	   payload->'new' ? 'tm' AS has_tm, payload->'old'->'i8' AS old_i8,
+	   (payload->'new')::text = (SELECT to_jsonb(cap_row)::text FROM cap_types cap_row WHERE cap_row.id = 1) AS new_as_to_jsonb
+  FROM pg_temp.messages() ORDER BY id DESC LIMIT 1;
+SELECT tide.outbox_uncapture('cap_types');
+DROP TABLE cap_types, cap_inserted;
+DROP TYPE cap_pair, cap_mood;
+DROP DOMAIN cap_positive;
+SELECT pg_temp.clear();
+
 -- clean up
 SELECT tide.outbox_uncapture('cap_lines');
 DROP TABLE cap_owned, cap_lines, cap_bad;
