@@ -304,7 +304,9 @@ TidePayloadSchemaCheck(const char *outbox, Jsonb *headers, Datum *payloads, int 
 		Jsonb	   *payload = DatumGetJsonbP(payloads[i]);
 		TideJsonSchemaError err;
 
-		if (routine->validate(schema->compiled,
+		/* read in place; a refusal's pointer and keyword from its text, once */
+		if (routine->validate_jsonb(schema->compiled, payload, &err) ||
+			routine->validate(schema->compiled,
 							  JsonbToCString(NULL, &payload->root, VARSIZE(payload)), &err))
 			continue;
 		if (entry == &unkept)
