@@ -12,34 +12,6 @@
 namespace tide_jsonschema
 {
 
-/* Whether every string and property name in item is at most PATTERN_MAX_BYTES. */
-static bool
-jsonb_strings_short(const TideJsonbItem &item)
-{
-	if (item.kind == TIDE_JSONB_STRING)
-		return item.size <= PATTERN_MAX_BYTES;
-	if (item.kind == TIDE_JSONB_ARRAY)
-		for (size_t i = 0; i < item.size; i++)
-		{
-			TideJsonbItem element;
-
-			TideJsonbElement(&item, i, &element);
-			if (!jsonb_strings_short(element))
-				return false;
-		}
-	if (item.kind == TIDE_JSONB_OBJECT)
-		for (size_t i = 0; i < item.size; i++)
-		{
-			TideJsonbItem key;
-			TideJsonbItem value;
-
-			TideJsonbMember(&item, i, &key, &value);
-			if (key.size > PATTERN_MAX_BYTES || !jsonb_strings_short(value))
-				return false;
-		}
-	return true;
-}
-
 /* Whether a jsonb (a detoasted Jsonb *) validates against a compiled schema. */
 bool
 validates_jsonb(CompiledSchema &schema, const void *jsonb)
@@ -47,7 +19,7 @@ validates_jsonb(CompiledSchema &schema, const void *jsonb)
 	TideJsonbItem root;
 
 	TideJsonbRoot(jsonb, &root);
-	if (schema.has_pattern && !jsonb_strings_short(root))
+	if (schema.has_pattern && !TideJsonbStringsAtMost(&root, PATTERN_MAX_BYTES))
 		return false;
 	return schema.validator.validate(schema.schema, JsonbAdapter(root), nullptr);
 }

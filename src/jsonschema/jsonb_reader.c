@@ -7,8 +7,11 @@
  * jsonb's layout is utils/jsonb.h's: a container is a header (count and
  * kind) and one JEntry a child, then the children's data; an object's
  * keys come first, sorted by length then bytes, then its values in the
- * same order. getJsonbOffset() and getJsonbLength() read a child's place
- * without allocating. A number is a numeric, whose layout numeric.c keeps
+ * same order. A child's JEntry holds its length, or its end offset every
+ * JB_OFFSET_STRIDE children; its start is found by adding the lengths
+ * before it back to the last end offset (as jsonb_util.c's getJsonbOffset
+ * does, in one pass here for the start and the length), and a walk over
+ * all the children adds as it goes. A number is a numeric, whose layout numeric.c keeps
  * to itself: the few definitions below copy those of its stored format,
  * which PostgreSQL keeps stable across releases (pg_upgrade relies on it).
  */
@@ -41,22 +44,41 @@ typedef struct StoredNumeric
 #define NUMERIC_DSCALE_MASK				0x3FFF
 #define NUMERIC_DEC_DIGITS				4
 
-/* Fills an item from child i of a container. */
-static void
-child_item(const JsonbContainer *container, int i, TideJsonbItem *item)
+/* Where a container's children's data begin. */
+static inline const char *
+children_data(const JsonbContainer *container)
 {
-	JEntry		entry = container->children[i];
-	const char *base = (const char *) &container->children[JsonContainerSize(container) *
-																(JsonContainerIsObject(container) ? 2 : 1)];
-	uint32		offset = getJsonbOffset(container, i);
+	return (const char *) &container->children[JsonContainerSize(container) *
+											   (JsonContainerIsObject(container) ? 2 : 1)];
+}
 
+/* The start of child i's data (from children_data()). */
+static inline uint32
+child_offset(const JsonbContainer *container, int i)
+{
+	uint32		offset = 0;
+
+	for (int j = i - 1; j >= 0; j--)
+	{
+		offset += JBE_OFFLENFLD(container->children[j]);
+		if (JBE_HAS_OFF(container->children[j]))
+			break;
+	}
+	return offset;
+}
+
+/* Fills an item from a child: its JEntry, and its data's start and length. */
+static void
+entry_item(const JsonbContainer *container, JEntry entry, const char *base, uint32 offset,
+		   uint32 length, TideJsonbItem *item)
+{
 	item->data = NULL;
 	item->size = 0;
 	if (JBE_ISSTRING(entry))
 	{
 		item->kind = TIDE_JSONB_STRING;
 		item->data = base + offset;
-		item->size = getJsonbLength(container, i);
+		item->size = length;
 	}
 	else if (JBE_ISNUMERIC(entry))
 	{
@@ -77,6 +99,17 @@ child_item(const JsonbContainer *container, int i, TideJsonbItem *item)
 		item->data = (const char *) inner;
 		item->size = JsonContainerSize(inner);
 	}
+}
+
+/* Fills an item from child i of a container. */
+static void
+child_item(const JsonbContainer *container, int i, TideJsonbItem *item)
+{
+	JEntry		entry = container->children[i];
+	uint32		offset = child_offset(container, i);
+	uint32		length = JBE_HAS_OFF(entry) ? JBE_OFFLENFLD(entry) - offset : JBE_OFFLENFLD(entry);
+
+	entry_item(container, entry, children_data(container), offset, length, item);
 }
 
 /* The root value of a jsonb: a scalar is stored as a one-element array. */
@@ -123,14 +156,27 @@ TideJsonbFind(const TideJsonbItem *object, const char *key, size_t key_length)
 	while (low < high)
 	{
 		long		middle = low + (high - low) / 2;
-		TideJsonbItem candidate;
+		JEntry		entry = container->children[middle];
+		uint32		offset = 0;
+		size_t		length;
 		int			difference;
 
-		child_item(container, (int) middle, &candidate);
-		if (candidate.size != key_length)
-			difference = candidate.size < key_length ? -1 : 1;
+		/* the length alone, when the JEntry holds it, rules most keys out */
+		if (JBE_HAS_OFF(entry))
+		{
+			offset = child_offset(container, (int) middle);
+			length = JBE_OFFLENFLD(entry) - offset;
+		}
 		else
-			difference = memcmp(candidate.data, key, key_length);
+			length = JBE_OFFLENFLD(entry);
+		if (length != key_length)
+			difference = length < key_length ? -1 : 1;
+		else
+		{
+			if (!JBE_HAS_OFF(entry))
+				offset = child_offset(container, (int) middle);
+			difference = memcmp(children_data(container) + offset, key, key_length);
+		}
 		if (difference == 0)
 			return middle;
 		if (difference < 0)
@@ -139,6 +185,40 @@ TideJsonbFind(const TideJsonbItem *object, const char *key, size_t key_length)
 			high = middle;
 	}
 	return -1;
+}
+
+/* Whether every string and key in item, at any depth, is at most max bytes. */
+bool
+TideJsonbStringsAtMost(const TideJsonbItem *item, size_t max)
+{
+	const JsonbContainer *container;
+	const char *base;
+	int			count;
+	uint32		offset = 0;
+
+	if (item->kind == TIDE_JSONB_STRING)
+		return item->size <= max;
+	if (item->kind != TIDE_JSONB_ARRAY && item->kind != TIDE_JSONB_OBJECT)
+		return true;
+	container = (const JsonbContainer *) item->data;
+	base = children_data(container);
+	count = (int) item->size * (item->kind == TIDE_JSONB_OBJECT ? 2 : 1);
+	/* every child in order, each one's start the end of the one before */
+	for (int i = 0; i < count; i++)
+	{
+		JEntry		entry = container->children[i];
+		uint32		end = JBE_HAS_OFF(entry) ? JBE_OFFLENFLD(entry) : offset + JBE_OFFLENFLD(entry);
+		TideJsonbItem child;
+
+		if (JBE_ISSTRING(entry) || JBE_ISCONTAINER(entry))
+		{
+			entry_item(container, entry, base, offset, end - offset, &child);
+			if (!TideJsonbStringsAtMost(&child, max))
+				return false;
+		}
+		offset = end;
+	}
+	return true;
 }
 
 /* Appends c at *length when it fits (the text's length is counted anyway). */

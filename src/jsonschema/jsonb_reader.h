@@ -54,6 +54,9 @@ extern void TideJsonbMember(const TideJsonbItem *object, size_t i, TideJsonbItem
 /* The index of the member named key in an object item, or -1. */
 extern long TideJsonbFind(const TideJsonbItem *object, const char *key, size_t key_length);
 
+/* Whether every string and key in an item, at any depth, is at most max bytes. */
+extern bool TideJsonbStringsAtMost(const TideJsonbItem *item, size_t max);
+
 /*
  * A number item as the text jsonb prints for it (numeric_out's), into buf
  * when it fits in size bytes with its terminating zero; returns its length
