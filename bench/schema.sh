@@ -25,6 +25,10 @@
 # its children and the children it reaped, from /proc), which moves much
 # less with the machine's load: its ratio without / with is what the rate
 # ratio would be with the cluster alone on the machine and bound by CPU.
+# Last, the check's own cost: one backend publishes LOOP_PUBLISHES messages
+# in one statement, to each outbox in turn, LOOP_TURNS times; the fastest
+# turn of each side (the one least disturbed) gives its microseconds per
+# publish, and their difference is the check.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +41,8 @@ source "$BENCH_DIR/lib.sh"
 DURATION=${DURATION:-5}
 REPEATS=${REPEATS:-7}
 CLIENTS=${CLIENTS:-2}
+LOOP_TURNS=${LOOP_TURNS:-12}
+LOOP_PUBLISHES=${LOOP_PUBLISHES:-3000}
 
 tide_start_cluster
 "$PG_BIN/createdb" "$DB"
@@ -153,3 +159,42 @@ done
 bench_summary
 ratio_summary "ratio with / without schema" "${ratios[@]}"
 ratio_summary "CPU per message, without / with" "${cpu_ratios[@]}"
+
+log "the check's own cost: $LOOP_TURNS turns of $LOOP_PUBLISHES publishes a side in one backend"
+psql_db -c "TRUNCATE tide.tide_outbox_messages" >/dev/null
+psql_db -A -t -F ' ' <<SQL | while read -r side fastest median; do
+CREATE FUNCTION pg_temp.publish_us(p_outbox text, p_count int) RETURNS float8
+LANGUAGE plpgsql AS \$\$
+DECLARE
+	started timestamptz := clock_timestamp();
+BEGIN
+	PERFORM count(tide.outbox_publish(p_outbox,
+		jsonb_build_object('event', 'order.created', 'order_id', i, 'customer_id', i,
+						   'amount_cents', 1234, 'currency', 'EUR', 'items', 3,
+						   'sku', 'SKU-' || lpad(i::text, 8, '0'), 'created_at', now(),
+						   'channel', 'web', 'country', 'DE', 'coupon', null, 'gift', false,
+						   'tax_cents', 246, 'shipping_cents', 499,
+						   'email', 'customer' || i || '@example.com',
+						   'tags', jsonb_build_array('new', 'promo'),
+						   'address', jsonb_build_object('city', 'Berlin', 'zip', '10115'),
+						   'note', 'leave at the door', 'priority', 2, 'version', 1),
+		'{"type": "order.created"}'))
+	  FROM generate_series(1, p_count) i;
+	RETURN extract(epoch FROM clock_timestamp() - started) * 1e6 / p_count;
+END
+\$\$;
+CREATE TEMP TABLE turns (outbox text, us float8);
+DO \$\$
+BEGIN
+	FOR turn IN 1 .. $LOOP_TURNS LOOP
+		INSERT INTO turns SELECT 'without_schema', pg_temp.publish_us('without_schema', $LOOP_PUBLISHES);
+		INSERT INTO turns SELECT 'with_schema', pg_temp.publish_us('with_schema', $LOOP_PUBLISHES);
+	END LOOP;
+END
+\$\$;
+SELECT outbox, round(min(us)::numeric, 1), round((percentile_cont(0.5) WITHIN GROUP (ORDER BY us))::numeric, 1)
+  FROM turns GROUP BY outbox ORDER BY outbox DESC;
+SQL
+	bench_record publish_loop_us "$side" 1 "$fastest"
+	printf '  %-15s %6.1f us per publish in the fastest turn (median %.1f)\n' "$side" "$fastest" "$median"
+done
