@@ -19,7 +19,9 @@
  *	  once and not kept (the generation counter tells).
  * 3. A message's type is its header "type"; the type's schema applies,
  *	  else the outbox's default, else none. The payload is checked as the
- *	  caller passed it and stored unchanged.
+ *	  caller passed it, read where it lies as jsonb (no text printed and
+ *	  parsed), and stored unchanged; only a payload refused is printed as
+ *	  text, once, for the module to find its DETAIL's pointer and keyword.
  *
  * The module reports every failure in a struct; the errors are raised here,
  * outside its C++ frames.

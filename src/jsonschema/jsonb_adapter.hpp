@@ -255,8 +255,49 @@ public:
 	explicit JsonbAdapter(const TideJsonbItem &item) : BasicAdapter(JsonbValue(item)) {}
 };
 
-/* An iterator over an array's elements, by index. */
-class JsonbArrayValueIterator
+/* What both iterators share: a place in a container, by index. */
+template <class Derived>
+class JsonbIndexIterator
+{
+public:
+	JsonbIndexIterator(const TideJsonbItem &container, size_t index) : m_container(container), m_index(index) {}
+
+	bool operator==(const Derived &other) const
+	{
+		const JsonbIndexIterator &that = other;
+
+		return m_container.data == that.m_container.data && m_index == that.m_index;
+	}
+
+	bool operator!=(const Derived &other) const { return !(*this == other); }
+
+	const Derived &operator++()
+	{
+		m_index++;
+		return static_cast<const Derived &>(*this);
+	}
+
+	Derived operator++(int)
+	{
+		Derived		before(static_cast<const Derived &>(*this));
+
+		m_index++;
+		return before;
+	}
+
+	const Derived &operator--()
+	{
+		m_index--;
+		return static_cast<const Derived &>(*this);
+	}
+
+protected:
+	TideJsonbItem m_container;
+	size_t		m_index;
+};
+
+/* An iterator over an array's elements. */
+class JsonbArrayValueIterator : public JsonbIndexIterator<JsonbArrayValueIterator>
 {
 public:
 	using iterator_category = std::bidirectional_iterator_tag;
@@ -265,13 +306,13 @@ public:
 	using pointer = JsonbAdapter *;
 	using reference = JsonbAdapter &;
 
-	JsonbArrayValueIterator(const TideJsonbItem &array, size_t index) : m_array(array), m_index(index) {}
+	JsonbArrayValueIterator(const TideJsonbItem &array, size_t index) : JsonbIndexIterator(array, index) {}
 
 	JsonbAdapter operator*() const
 	{
 		TideJsonbItem element;
 
-		TideJsonbElement(&m_array, m_index, &element);
+		TideJsonbElement(&m_container, m_index, &element);
 		return JsonbAdapter(element);
 	}
 
@@ -280,42 +321,11 @@ public:
 		return valijson::adapters::DerefProxy<JsonbAdapter>(**this);
 	}
 
-	bool operator==(const JsonbArrayValueIterator &other) const
-	{
-		return m_array.data == other.m_array.data && m_index == other.m_index;
-	}
-
-	bool operator!=(const JsonbArrayValueIterator &other) const { return !(*this == other); }
-
-	const JsonbArrayValueIterator &operator++()
-	{
-		m_index++;
-		return *this;
-	}
-
-	JsonbArrayValueIterator operator++(int)
-	{
-		JsonbArrayValueIterator before(*this);
-
-		m_index++;
-		return before;
-	}
-
-	const JsonbArrayValueIterator &operator--()
-	{
-		m_index--;
-		return *this;
-	}
-
 	void advance(std::ptrdiff_t n) { m_index += n; }
-
-private:
-	TideJsonbItem m_array;
-	size_t		m_index;
 };
 
-/* An iterator over an object's members, by index. */
-class JsonbObjectMemberIterator
+/* An iterator over an object's members, in jsonb's order. */
+class JsonbObjectMemberIterator : public JsonbIndexIterator<JsonbObjectMemberIterator>
 {
 public:
 	using iterator_category = std::bidirectional_iterator_tag;
@@ -324,14 +334,14 @@ public:
 	using pointer = JsonbObjectMember *;
 	using reference = JsonbObjectMember &;
 
-	JsonbObjectMemberIterator(const TideJsonbItem &object, size_t index) : m_object(object), m_index(index) {}
+	JsonbObjectMemberIterator(const TideJsonbItem &object, size_t index) : JsonbIndexIterator(object, index) {}
 
 	JsonbObjectMember operator*() const
 	{
 		TideJsonbItem key;
 		TideJsonbItem value;
 
-		TideJsonbMember(&m_object, m_index, &key, &value);
+		TideJsonbMember(&m_container, m_index, &key, &value);
 		return JsonbObjectMember(std::string(key.data, key.size), JsonbAdapter(value));
 	}
 
@@ -339,37 +349,6 @@ public:
 	{
 		return valijson::adapters::DerefProxy<JsonbObjectMember>(**this);
 	}
-
-	bool operator==(const JsonbObjectMemberIterator &other) const
-	{
-		return m_object.data == other.m_object.data && m_index == other.m_index;
-	}
-
-	bool operator!=(const JsonbObjectMemberIterator &other) const { return !(*this == other); }
-
-	const JsonbObjectMemberIterator &operator++()
-	{
-		m_index++;
-		return *this;
-	}
-
-	JsonbObjectMemberIterator operator++(int)
-	{
-		JsonbObjectMemberIterator before(*this);
-
-		m_index++;
-		return before;
-	}
-
-	const JsonbObjectMemberIterator &operator--()
-	{
-		m_index--;
-		return *this;
-	}
-
-private:
-	TideJsonbItem m_object;
-	size_t		m_index;
 };
 
 inline JsonbArrayValueIterator
