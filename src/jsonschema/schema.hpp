@@ -46,6 +46,8 @@ public:
 	nlohmann::json source;		/* the document valijson's schema was read from */
 	valijson::Schema schema;
 	valijson::Validator validator;
+	/* the patterns compiled by the jsonb check (jsonb_check.cpp) */
+	std::unordered_map<std::string, std::regex> jsonb_regexes;
 };
 
 /* Deletes a compiled schema (the type is complete only in schema.cpp). */
