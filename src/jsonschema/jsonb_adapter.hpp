@@ -48,55 +48,47 @@ empty_item(TideJsonbKind kind)
 	return item;
 }
 
-/* A jsonb array, for iterating over its elements. */
-class JsonbArray
+/* A jsonb array or object, for iterating over its elements or members. */
+template <class Iterator, TideJsonbKind Kind>
+class JsonbContainerView
 {
 public:
-	typedef JsonbArrayValueIterator const_iterator;
-	typedef JsonbArrayValueIterator iterator;
+	typedef Iterator const_iterator;
+	typedef Iterator iterator;
 
-	JsonbArray() : m_item(empty_item(TIDE_JSONB_ARRAY)) {}
+	JsonbContainerView() : m_item(empty_item(Kind)) {}
 
-	explicit JsonbArray(const TideJsonbItem &item) : m_item(item)
+	explicit JsonbContainerView(const TideJsonbItem &item) : m_item(item)
 	{
-		if (item.kind != TIDE_JSONB_ARRAY)
-			valijson::throwRuntimeError("Value is not an array.");
+		if (item.kind != Kind)
+			valijson::throwRuntimeError(Kind == TIDE_JSONB_ARRAY ? "Value is not an array." :
+										"Value is not an object.");
 	}
 
-	JsonbArrayValueIterator begin() const;
-	JsonbArrayValueIterator end() const;
+	Iterator begin() const { return Iterator(m_item, 0); }
+	Iterator end() const { return Iterator(m_item, m_item.size); }
 
-	/* The number of elements. */
+	/* The number of elements or members. */
 	size_t size() const { return m_item.size; }
 
-private:
+protected:
 	TideJsonbItem m_item;
 };
 
-/* A jsonb object, for iterating over its members and finding one by name. */
-class JsonbObject
+/* A jsonb array. */
+class JsonbArray : public JsonbContainerView<JsonbArrayValueIterator, TIDE_JSONB_ARRAY>
 {
 public:
-	typedef JsonbObjectMemberIterator const_iterator;
-	typedef JsonbObjectMemberIterator iterator;
+	using JsonbContainerView::JsonbContainerView;
+};
 
-	JsonbObject() : m_item(empty_item(TIDE_JSONB_OBJECT)) {}
+/* A jsonb object, whose members can also be found by name. */
+class JsonbObject : public JsonbContainerView<JsonbObjectMemberIterator, TIDE_JSONB_OBJECT>
+{
+public:
+	using JsonbContainerView::JsonbContainerView;
 
-	explicit JsonbObject(const TideJsonbItem &item) : m_item(item)
-	{
-		if (item.kind != TIDE_JSONB_OBJECT)
-			valijson::throwRuntimeError("Value is not an object.");
-	}
-
-	JsonbObjectMemberIterator begin() const;
-	JsonbObjectMemberIterator end() const;
 	JsonbObjectMemberIterator find(const std::string &propertyName) const;
-
-	/* The number of members. */
-	size_t size() const { return m_item.size; }
-
-private:
-	TideJsonbItem m_item;
 };
 
 /* A jsonb value as BasicAdapter asks for it. */
@@ -255,11 +247,22 @@ public:
 	explicit JsonbAdapter(const TideJsonbItem &item) : BasicAdapter(JsonbValue(item)) {}
 };
 
-/* What both iterators share: a place in a container, by index. */
-template <class Derived>
+/* What both iterators share: a place in a container, by index, and what it points to. */
+template <class Derived, class Value>
 class JsonbIndexIterator
 {
 public:
+	using iterator_category = std::bidirectional_iterator_tag;
+	using value_type = Value;
+	using difference_type = Value;
+	using pointer = Value *;
+	using reference = Value &;
+
+	valijson::adapters::DerefProxy<Value> operator->() const
+	{
+		return valijson::adapters::DerefProxy<Value>(*static_cast<const Derived &>(*this));
+	}
+
 	JsonbIndexIterator(const TideJsonbItem &container, size_t index) : m_container(container), m_index(index) {}
 
 	bool operator==(const Derived &other) const
@@ -297,15 +300,9 @@ protected:
 };
 
 /* An iterator over an array's elements. */
-class JsonbArrayValueIterator : public JsonbIndexIterator<JsonbArrayValueIterator>
+class JsonbArrayValueIterator : public JsonbIndexIterator<JsonbArrayValueIterator, JsonbAdapter>
 {
 public:
-	using iterator_category = std::bidirectional_iterator_tag;
-	using value_type = JsonbAdapter;
-	using difference_type = JsonbAdapter;
-	using pointer = JsonbAdapter *;
-	using reference = JsonbAdapter &;
-
 	JsonbArrayValueIterator(const TideJsonbItem &array, size_t index) : JsonbIndexIterator(array, index) {}
 
 	JsonbAdapter operator*() const
@@ -316,24 +313,13 @@ public:
 		return JsonbAdapter(element);
 	}
 
-	valijson::adapters::DerefProxy<JsonbAdapter> operator->() const
-	{
-		return valijson::adapters::DerefProxy<JsonbAdapter>(**this);
-	}
-
 	void advance(std::ptrdiff_t n) { m_index += n; }
 };
 
 /* An iterator over an object's members, in jsonb's order. */
-class JsonbObjectMemberIterator : public JsonbIndexIterator<JsonbObjectMemberIterator>
+class JsonbObjectMemberIterator : public JsonbIndexIterator<JsonbObjectMemberIterator, JsonbObjectMember>
 {
 public:
-	using iterator_category = std::bidirectional_iterator_tag;
-	using value_type = JsonbObjectMember;
-	using difference_type = JsonbObjectMember;
-	using pointer = JsonbObjectMember *;
-	using reference = JsonbObjectMember &;
-
 	JsonbObjectMemberIterator(const TideJsonbItem &object, size_t index) : JsonbIndexIterator(object, index) {}
 
 	JsonbObjectMember operator*() const
@@ -344,36 +330,7 @@ public:
 		TideJsonbMember(&m_container, m_index, &key, &value);
 		return JsonbObjectMember(std::string(key.data, key.size), JsonbAdapter(value));
 	}
-
-	valijson::adapters::DerefProxy<JsonbObjectMember> operator->() const
-	{
-		return valijson::adapters::DerefProxy<JsonbObjectMember>(**this);
-	}
 };
-
-inline JsonbArrayValueIterator
-JsonbArray::begin() const
-{
-	return JsonbArrayValueIterator(m_item, 0);
-}
-
-inline JsonbArrayValueIterator
-JsonbArray::end() const
-{
-	return JsonbArrayValueIterator(m_item, m_item.size);
-}
-
-inline JsonbObjectMemberIterator
-JsonbObject::begin() const
-{
-	return JsonbObjectMemberIterator(m_item, 0);
-}
-
-inline JsonbObjectMemberIterator
-JsonbObject::end() const
-{
-	return JsonbObjectMemberIterator(m_item, m_item.size);
-}
 
 inline JsonbObjectMemberIterator
 JsonbObject::find(const std::string &propertyName) const
