@@ -11,9 +11,10 @@
  * JB_OFFSET_STRIDE children; its start is found by adding the lengths
  * before it back to the last end offset (as jsonb_util.c's getJsonbOffset
  * does, in one pass here for the start and the length), and a walk over
- * all the children adds as it goes. A number is a numeric, whose layout numeric.c keeps
- * to itself: the few definitions below copy those of its stored format,
- * which PostgreSQL keeps stable across releases (pg_upgrade relies on it).
+ * all the children adds as it goes. A number is a numeric, whose layout
+ * numeric.c keeps to itself: the few definitions below copy those of its
+ * stored format, which PostgreSQL keeps stable across releases (pg_upgrade
+ * relies on it).
  */
 #include "postgres.h"
 
