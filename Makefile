@@ -241,10 +241,15 @@ installcheck: $(if $(filter nats,$(BROKER_BUILT)),test/brokers/nats_tool)
 # none. JSONSCHEMA= from the environment builds none.
 JSONSCHEMA_INCLUDE ?= /usr/include
 JSONSCHEMA ?= $(if $(and $(wildcard $(JSONSCHEMA_INCLUDE)/valijson/validator.hpp),$(wildcard $(JSONSCHEMA_INCLUDE)/nlohmann/json.hpp)),y)
-JSONSCHEMA_CXX = $(CXX) -std=c++17 -fPIC -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -Isrc/jsonschema
-JSONSCHEMA_OBJS = src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/magic.o
-src/jsonschema/schema.o src/jsonschema/module.o: %.o: %.cpp src/jsonschema/schema.hpp src/jsonschema/jsonschema.h
+# valijson throws (instead of aborting the backend) in every file that includes it
+JSONSCHEMA_CXX = $(CXX) -std=c++17 -fPIC -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -DVALIJSON_USE_EXCEPTIONS=1 -Isrc/jsonschema
+JSONSCHEMA_OBJS = src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/jsonb_check.o \
+	src/jsonschema/jsonb_reader.o src/jsonschema/magic.o
+src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/jsonb_check.o: %.o: %.cpp \
+		src/jsonschema/schema.hpp src/jsonschema/jsonschema.h src/jsonschema/jsonb_adapter.hpp \
+		src/jsonschema/jsonb_reader.h
 	$(JSONSCHEMA_CXX) -c $< -o $@
+src/jsonschema/jsonb_reader.o: src/jsonschema/jsonb_reader.h
 pg_tide-jsonschema$(DLSUFFIX): $(JSONSCHEMA_OBJS)
 	$(CXX) $(CFLAGS) $^ $(LDFLAGS) $(LDFLAGS_SL) -shared -o $@
 ifeq ($(JSONSCHEMA),y)

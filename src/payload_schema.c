@@ -19,7 +19,9 @@
  *	  once and not kept (the generation counter tells).
  * 3. A message's type is its header "type"; the type's schema applies,
  *	  else the outbox's default, else none. The payload is checked as the
- *	  caller passed it and stored unchanged.
+ *	  caller passed it, read where it lies as jsonb (no text printed and
+ *	  parsed), and stored unchanged; only a payload refused is printed as
+ *	  text, once, for the module to find its DETAIL's pointer and keyword.
  *
  * The module reports every failure in a struct; the errors are raised here,
  * outside its C++ frames.
@@ -44,6 +46,7 @@
 #include "pg_tide.h"
 
 PG_FUNCTION_INFO_V1(tide_schema_draft);
+PG_FUNCTION_INFO_V1(tide_schema_validates);
 
 #define JSONSCHEMA_LIBRARY "$libdir/pg_tide-jsonschema"
 
@@ -154,6 +157,33 @@ tide_schema_draft(PG_FUNCTION_ARGS)
 	compiled = compile_schema(JsonbToCString(NULL, &schema->root, VARSIZE(schema)), &draft);
 	routine->release(compiled);
 	PG_RETURN_TEXT_P(cstring_to_text(draft));
+}
+
+/*
+ * SQL: tide._schema_validates(p_schema, p_payload) returns whether the
+ * payload validates against the schema, checked as a publish checks it;
+ * 22023 when the schema is refused.
+ */
+Datum
+tide_schema_validates(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *schema = PG_GETARG_JSONB_P(0);
+	Jsonb	   *payload = PG_GETARG_JSONB_P(1);
+	const char *draft = NULL;
+	void	   *compiled;
+	TideJsonSchemaError err;
+	bool		valid;
+
+	compiled = compile_schema(JsonbToCString(NULL, &schema->root, VARSIZE(schema)), &draft);
+	valid = routine->validate_jsonb(compiled, payload, &err);
+	routine->release(compiled);
+	if (!valid && err.message[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("could not check the payload against the schema"),
+				 errdetail("%s", err.message),
+				 errhint("Give a payload and a schema that the JSON Schema module can read.")));
+	PG_RETURN_BOOL(valid);
 }
 
 /* The hash, made (and the callback registered) on first use. */
@@ -304,7 +334,9 @@ TidePayloadSchemaCheck(const char *outbox, Jsonb *headers, Datum *payloads, int 
 		Jsonb	   *payload = DatumGetJsonbP(payloads[i]);
 		TideJsonSchemaError err;
 
-		if (routine->validate(schema->compiled,
+		/* read in place; a refusal's pointer and keyword from its text, once */
+		if (routine->validate_jsonb(schema->compiled, payload, &err) ||
+			routine->validate(schema->compiled,
 							  JsonbToCString(NULL, &payload->root, VARSIZE(payload)), &err))
 			continue;
 		if (entry == &unkept)

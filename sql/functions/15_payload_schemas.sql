@@ -12,6 +12,16 @@ LANGUAGE C STRICT VOLATILE;
 REVOKE ALL ON FUNCTION tide._schema_draft(jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
 GRANT EXECUTE ON FUNCTION tide._schema_draft(jsonb) TO tide_admin;
 
+-- Whether a payload validates against a schema, checked as a publish checks
+-- it (the jsonb read in place); 22023 when the schema is refused. The
+-- conformance test runs the JSON-Schema-Test-Suite through it.
+CREATE OR REPLACE FUNCTION tide._schema_validates(p_schema jsonb, p_payload jsonb)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tide_schema_validates'
+LANGUAGE C STRICT VOLATILE;
+REVOKE ALL ON FUNCTION tide._schema_validates(jsonb, jsonb) FROM PUBLIC, tide_admin, tide_publisher, tide_consumer, tide_reader;
+GRANT EXECUTE ON FUNCTION tide._schema_validates(jsonb, jsonb) TO tide_admin;
+
 CREATE OR REPLACE FUNCTION tide.outbox_set_schema(p_outbox text, p_type text, p_schema jsonb)
 RETURNS text
 LANGUAGE plpgsql

@@ -49,6 +49,16 @@ typedef struct TideJsonSchemaRoutine
 
 	/* Frees a compiled schema. */
 	void		(*release) (void *schema);
+
+	/*
+	 * Whether a jsonb (a detoasted Jsonb *) validates against a compiled
+	 * schema, read where it lies: the check of every publish. It says no
+	 * more than that (err->message is set only when the check itself
+	 * failed); validate() on the payload's text finds the failing pointer
+	 * and keyword of a payload it refuses.
+	 */
+	bool		(*validate_jsonb) (void *schema, const void *jsonb,
+								   TideJsonSchemaError *err);
 } TideJsonSchemaRoutine;
 
 /* The init symbol of pg_tide-jsonschema.so. */

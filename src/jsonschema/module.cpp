@@ -95,6 +95,22 @@ module_validate(void *schema, const char *document_json, TideJsonSchemaError *er
 	return false;
 }
 
+/* Whether a jsonb validates against a compiled schema, read in place. */
+static bool
+module_validate_jsonb(void *schema, const void *jsonb, TideJsonSchemaError *err)
+{
+	clear_error(err);
+	try
+	{
+		return tide_jsonschema::validates_jsonb(*static_cast<CompiledSchema *>(schema), jsonb);
+	}
+	catch (...)
+	{
+		report_exception(err);
+	}
+	return false;
+}
+
 /* Frees a compiled schema. */
 static void
 module_release(void *schema)
@@ -106,6 +122,7 @@ static const TideJsonSchemaRoutine routine = {
 	module_compile,
 	module_validate,
 	module_release,
+	module_validate_jsonb,
 };
 
 /* The init symbol: the module's functions. */

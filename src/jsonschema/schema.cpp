@@ -29,30 +29,14 @@
 #include <cstring>
 #include <vector>
 
-#define VALIJSON_USE_EXCEPTIONS 1
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
 #include <valijson/validation_results.hpp>
-#include <valijson/validator.hpp>
 
 #include "schema.hpp"
 
 namespace tide_jsonschema
 {
-
-/* The longest string a schema with a pattern checks (see the top of the file). */
-static const size_t PATTERN_MAX_BYTES = 1000;
-
-class CompiledSchema
-{
-public:
-	bool		draft2020 = false;
-	bool		has_pattern = false;	/* "pattern" or "patternProperties" anywhere */
-	nlohmann::json source;		/* the document valijson's schema was read from */
-	valijson::Schema schema;
-	valijson::Validator validator;
-};
 
 static const char *const DRAFT7_URIS[] = {
 	"http://json-schema.org/draft-07/schema#",

@@ -1,8 +1,8 @@
 /*
  * schema.hpp
  *		JSON Schema compiled with valijson, in C++: what the module's C
- *		boundary (module.cpp) and the conformance runner
- *		(test/jsonschema/conformance.cpp) share.
+ *		boundary (module.cpp), its check of jsonb (jsonb_check.cpp) and the
+ *		conformance runner (test/jsonschema/conformance.cpp) share.
  */
 #ifndef TIDE_JSONSCHEMA_SCHEMA_HPP
 #define TIDE_JSONSCHEMA_SCHEMA_HPP
@@ -12,6 +12,9 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include <valijson/schema.hpp>
+#include <valijson/validator.hpp>
 
 namespace tide_jsonschema
 {
@@ -31,7 +34,21 @@ struct Failure
 	std::string message;
 };
 
-class CompiledSchema;
+/* The longest string a schema with a pattern checks (schema.cpp says why). */
+static const size_t PATTERN_MAX_BYTES = 1000;
+
+/* A schema compiled for valijson, and what the checks need to know of it. */
+class CompiledSchema
+{
+public:
+	bool		draft2020 = false;
+	bool		has_pattern = false;	/* "pattern" or "patternProperties" anywhere */
+	nlohmann::json source;		/* the document valijson's schema was read from */
+	valijson::Schema schema;
+	valijson::Validator validator;
+	/* the patterns compiled by the jsonb check (jsonb_check.cpp) */
+	std::unordered_map<std::string, std::regex> jsonb_regexes;
+};
 
 /* Deletes a compiled schema (the type is complete only in schema.cpp). */
 void destroy(CompiledSchema *schema);
@@ -55,6 +72,12 @@ const char *draft_of(const CompiledSchema &schema);
 
 /* Whether document validates; fills *failure when it does not. */
 bool validate(CompiledSchema &schema, const nlohmann::json &document, Failure *failure);
+
+/*
+ * Whether a jsonb (a detoasted Jsonb *) validates, read in place: the
+ * module's publish check (jsonb_check.cpp), which says no more.
+ */
+bool validates_jsonb(CompiledSchema &schema, const void *jsonb);
 
 }								/* namespace tide_jsonschema */
 

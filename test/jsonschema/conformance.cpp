@@ -4,7 +4,7 @@
  *		libtest-json-schema-acceptance-perl ships it) against pg_tide's JSON
  *		Schema module, as test/t/077_payload_schema.pl does in CI.
  *
- * Usage: conformance <suite tests dir> <known failures file>
+ * Usage: conformance <suite tests dir> <known failures file> [<cases file>]
  *
  * For draft7 and draft2020-12, every file of the draft's directory (not
  * optional/) and every case in it: the case's schema is compiled as the
@@ -13,6 +13,14 @@
  * prints the counts per draft, then compares the cases that fail or are
  * skipped (a schema the module refuses) with the known failures file and
  * exits 1 when they differ, so that a regression (or a fix) is noticed.
+ *
+ * With a cases file, it also writes there, as CSV, every test of a schema
+ * it compiled: the draft, where it is, the schema (as draft-07 says it when
+ * the draft's default would be meant), the data and this runner's outcome.
+ * test/t/077_payload_schema.pl loads them into a database and checks each
+ * again as a publish checks a payload (jsonb read in place, through
+ * tide._schema_validates()): the outcomes must be the same. A test whose
+ * JSON holds \u0000, which jsonb cannot, is left out and counted.
  */
 #include <algorithm>
 #include <cstdio>
@@ -47,6 +55,17 @@ suite_files(const std::string &dir)
 	return files;
 }
 
+/* One CSV field: quoted, its quotes doubled. */
+static std::string
+csv_field(const std::string &s)
+{
+	std::string field = "\"";
+
+	for (char c : s)
+		field += c == '"' ? std::string("\"\"") : std::string(1, c);
+	return field + "\"";
+}
+
 /* One line of the outcomes: no line breaks inside. */
 static std::string
 one_line(std::string s)
@@ -58,11 +77,13 @@ one_line(std::string s)
 /* Runs one draft's files; adds its failed and skipped lines to outcomes. */
 static bool
 run_draft(const std::string &suite, const std::string &draft, bool is_2020,
-		  std::set<std::string> &outcomes)
+		  std::set<std::string> &outcomes, std::ofstream *cases_out)
 {
 	int			passed = 0,
 				failed = 0,
-				skipped = 0;
+				skipped = 0,
+				written = 0,
+				left_out = 0;
 	std::vector<std::string> files = suite_files(suite + "/" + draft);
 
 	if (files.empty())
@@ -95,6 +116,12 @@ run_draft(const std::string &suite, const std::string &draft, bool is_2020,
 				outcomes.insert(one_line("skip " + where + " (schema refused: " + refused + ")"));
 				continue;
 			}
+
+			/* the module's default is 2020-12: a draft7 case says its draft */
+			nlohmann::json stated = c["schema"];
+
+			if (!is_2020 && stated.is_object() && !stated.contains("$schema"))
+				stated["$schema"] = "http://json-schema.org/draft-07/schema#";
 			for (const nlohmann::json &t : c["tests"])
 			{
 				tide_jsonschema::Failure failure;
@@ -110,6 +137,23 @@ run_draft(const std::string &suite, const std::string &draft, bool is_2020,
 					valid = !t["valid"].get<bool>();
 					error = std::string(" (error: ") + e.what() + ")";
 				}
+				if (cases_out != nullptr && error.empty())
+				{
+					std::string schema_text = stated.dump();
+					std::string data_text = t["data"].dump();
+
+					if (schema_text.find("\\u0000") != std::string::npos ||
+						data_text.find("\\u0000") != std::string::npos)
+						left_out++;
+					else
+					{
+						*cases_out << csv_field(draft) << "," <<
+							csv_field(one_line(where + " / " + t["description"].get<std::string>())) <<
+							"," << csv_field(schema_text) << "," << csv_field(data_text) << "," <<
+							(valid ? "true" : "false") << "\n";
+						written++;
+					}
+				}
 				if (valid == t["valid"].get<bool>() && error.empty())
 					passed++;
 				else
@@ -123,6 +167,9 @@ run_draft(const std::string &suite, const std::string &draft, bool is_2020,
 	}
 	printf("%s: %d passed, %d failed, %d skipped (schema refused) of %d\n",
 		   draft.c_str(), passed, failed, skipped, passed + failed + skipped);
+	if (cases_out != nullptr)
+		printf("%s: %d tests written to the cases file, %d left out (\\u0000)\n",
+			   draft.c_str(), written, left_out);
 	return true;
 }
 
@@ -134,13 +181,26 @@ main(int argc, char **argv)
 	std::string line;
 	bool		same = true;
 
-	if (argc != 3)
+	std::ofstream cases_file;
+	std::ofstream *cases_out = nullptr;
+
+	if (argc != 3 && argc != 4)
 	{
-		fprintf(stderr, "usage: %s <suite tests dir> <known failures file>\n", argv[0]);
+		fprintf(stderr, "usage: %s <suite tests dir> <known failures file> [<cases file>]\n", argv[0]);
 		return 2;
 	}
-	if (!run_draft(argv[1], "draft7", false, outcomes) ||
-		!run_draft(argv[1], "draft2020-12", true, outcomes))
+	if (argc == 4)
+	{
+		cases_file.open(argv[3]);
+		if (!cases_file)
+		{
+			fprintf(stderr, "could not write %s\n", argv[3]);
+			return 2;
+		}
+		cases_out = &cases_file;
+	}
+	if (!run_draft(argv[1], "draft7", false, outcomes, cases_out) ||
+		!run_draft(argv[1], "draft2020-12", true, outcomes, cases_out))
 		return 2;
 
 	std::ifstream in(argv[2]);

@@ -4,7 +4,10 @@
 #     libtest-json-schema-acceptance-perl), every case of draft7 and
 #     draft2020-12, through test/jsonschema/conformance: its pass counts
 #     are printed, and the cases it fails or refuses must be exactly those
-#     of test/jsonschema/known_failures.txt.
+#     of test/jsonschema/known_failures.txt. Every test of a schema it
+#     compiled is then checked again in a server as a publish checks a
+#     payload (jsonb read in place, tide._schema_validates()): each outcome
+#     must be the runner's.
 #  2. A schema set, replaced or dropped in one backend takes effect for the
 #     next publish of another backend that had cached the outbox's schemas
 #     (none, then each version), without reconnecting.
@@ -25,10 +28,11 @@ my $suite = `perl -MFile::ShareDir=dist_dir -e 'print dist_dir("Test-JSON-Schema
 ok($suite ne '' && -d "$suite/tests/draft7" && -d "$suite/tests/draft2020-12",
 	'the JSON-Schema-Test-Suite is installed (libtest-json-schema-acceptance-perl)');
 my $runner = "$FindBin::Bin/../jsonschema/conformance";
+my $cases = PostgreSQL::Test::Utils::tempdir() . '/suite_cases.csv';
 my ($stdout, $stderr) = ('', '');
-my $ok = IPC::Run::run([ $runner, "$suite/tests", "$FindBin::Bin/../jsonschema/known_failures.txt" ],
+my $ok = IPC::Run::run([ $runner, "$suite/tests", "$FindBin::Bin/../jsonschema/known_failures.txt", $cases ],
 	'>', \$stdout, '2>', \$stderr);
-diag($_) for grep { /passed|not in the known|now passes|failed or skipped/ } split /\n/, $stdout;
+diag($_) for grep { /passed|not in the known|now passes|failed or skipped|cases file/ } split /\n/, $stdout;
 # The known cases are those of Debian 12's suite (1.019) and valijson (1.0);
 # other Debian releases ship other versions of both (more cases, more
 # keywords), where the counts are shown and must stay near the reference.
@@ -48,8 +52,24 @@ else
 like($stdout, qr/^draft7: \d+ passed/m, 'draft7 counted');
 like($stdout, qr/^draft2020-12: \d+ passed/m, 'draft2020-12 counted');
 
-# 2. a change takes effect in another backend
+# 1b. the suite's tests again, as a publish checks a payload
 my $node = tide_node('schemas');
+$node->safe_psql('postgres', qq{
+	CREATE TABLE suite_cases (draft text, place text, schema jsonb, data jsonb, valid boolean);
+	COPY suite_cases FROM '$cases' (FORMAT csv)});
+my ($written) = $stdout =~ /^draft7: (\d+) tests written/m;
+my ($written20) = $stdout =~ /^draft2020-12: (\d+) tests written/m;
+my $loaded = $node->safe_psql('postgres', q{SELECT count(*) FROM suite_cases});
+ok(defined $written && defined $written20 && $written > 500 && $written20 > 500
+	  && $loaded == $written + $written20,
+	"the runner's tests of compiled schemas are loaded ($loaded)");
+my $differing = $node->safe_psql('postgres', q{
+	SELECT string_agg(place, E'\n')
+	  FROM suite_cases
+	 WHERE tide._schema_validates(schema, data) IS DISTINCT FROM valid});
+is($differing, '', 'every test has the runner\'s outcome when its data is checked as jsonb, read in place');
+
+# 2. a change takes effect in another backend
 $node->safe_psql('postgres', q{SELECT tide.outbox_create('orders')});
 my $publisher = $node->background_psql('postgres');
 $publisher->query_safe('\set VERBOSITY verbose');
