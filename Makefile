@@ -241,8 +241,12 @@ installcheck: $(if $(filter nats,$(BROKER_BUILT)),test/brokers/nats_tool)
 # none. JSONSCHEMA= from the environment builds none.
 JSONSCHEMA_INCLUDE ?= /usr/include
 JSONSCHEMA ?= $(if $(and $(wildcard $(JSONSCHEMA_INCLUDE)/valijson/validator.hpp),$(wildcard $(JSONSCHEMA_INCLUDE)/nlohmann/json.hpp)),y)
-# valijson throws (instead of aborting the backend) in every file that includes it
-JSONSCHEMA_CXX = $(CXX) -std=c++17 -fPIC -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -DVALIJSON_USE_EXCEPTIONS=1 -Isrc/jsonschema
+# valijson throws (instead of aborting the backend) in every file that includes it.
+# Its visitor's template and constructor differ between 1.0 (Debian 12) and
+# later versions (templated on a regex engine): jsonb_check.cpp refines 1.0's.
+JSONSCHEMA_VALIJSON_1_0 := $(if $(shell grep -s 'class ValidatorT' $(JSONSCHEMA_INCLUDE)/valijson/validator.hpp),,-DTIDE_VALIJSON_1_0=1)
+JSONSCHEMA_CXX = $(CXX) -std=c++17 -fPIC -O2 -Wall -Wextra $(filter -Werror%,$(PG_CFLAGS)) -DVALIJSON_USE_EXCEPTIONS=1 \
+	$(JSONSCHEMA_VALIJSON_1_0) -Isrc/jsonschema
 JSONSCHEMA_OBJS = src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/jsonb_check.o \
 	src/jsonschema/jsonb_reader.o src/jsonschema/magic.o
 src/jsonschema/schema.o src/jsonschema/module.o src/jsonschema/jsonb_check.o: %.o: %.cpp \

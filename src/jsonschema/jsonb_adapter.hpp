@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -109,10 +110,10 @@ public:
 		valijson::throwRuntimeError("A jsonb value cannot be frozen.");
 	}
 
-	opt::optional<JsonbArray> getArrayOptional() const
+	std::optional<JsonbArray> getArrayOptional() const
 	{
 		if (m_item.kind == TIDE_JSONB_ARRAY)
-			return opt::make_optional(JsonbArray(m_item));
+			return std::make_optional(JsonbArray(m_item));
 		return {};
 	}
 
@@ -148,10 +149,10 @@ public:
 		return true;
 	}
 
-	opt::optional<JsonbObject> getObjectOptional() const
+	std::optional<JsonbObject> getObjectOptional() const
 	{
 		if (m_item.kind == TIDE_JSONB_OBJECT)
-			return opt::make_optional(JsonbObject(m_item));
+			return std::make_optional(JsonbObject(m_item));
 		return {};
 	}
 

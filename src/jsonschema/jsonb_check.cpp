@@ -14,8 +14,11 @@
  * property is found, its value checked by a JsonbVisitor, and with
  * additionalProperties false the matched ones must be all the object's.
  * Every other keyword, and "properties" in every other form, is valijson's
- * own. TAP test 077 runs the JSON-Schema-Test-Suite through this path and
- * compares each outcome with valijson's on the parsed text.
+ * own. That visitor is valijson 1.0's (Debian 12's): its template and
+ * constructor changed in later versions, which check the jsonb with
+ * valijson's own visitor throughout. TAP test 077 runs the
+ * JSON-Schema-Test-Suite through this path and compares each outcome with
+ * valijson's on the parsed text.
  */
 #include <cstring>
 
@@ -24,6 +27,8 @@
 
 namespace tide_jsonschema
 {
+
+#ifdef TIDE_VALIJSON_1_0
 
 /*
  * valijson's visitor, with the lighter check of "properties" above. Like
@@ -83,6 +88,7 @@ private:
 	const valijson::Subschema *m_empty;
 	std::unordered_map<std::string, std::regex> &m_regexes;
 };
+#endif
 
 /* Whether a jsonb (a detoasted Jsonb *) validates against a compiled schema. */
 bool
@@ -95,9 +101,13 @@ validates_jsonb(CompiledSchema &schema, const void *jsonb)
 		return false;
 
 	const JsonbAdapter target(root);
+#ifdef TIDE_VALIJSON_1_0
 	JsonbVisitor visitor(target, schema.schema.emptySubschema(), schema.jsonb_regexes);
 
 	return visitor.validateSchema(schema.schema);
+#else
+	return schema.validator.validate(schema.schema, target, nullptr);
+#endif
 }
 
 }								/* namespace tide_jsonschema */

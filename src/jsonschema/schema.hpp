@@ -46,8 +46,10 @@ public:
 	nlohmann::json source;		/* the document valijson's schema was read from */
 	valijson::Schema schema;
 	valijson::Validator validator;
+#ifdef TIDE_VALIJSON_1_0
 	/* the patterns compiled by the jsonb check (jsonb_check.cpp) */
 	std::unordered_map<std::string, std::regex> jsonb_regexes;
+#endif
 };
 
 /* Deletes a compiled schema (the type is complete only in schema.cpp). */
